@@ -1,0 +1,97 @@
+//! The seam every backend implements: serve requests, report when each token became
+//! visible and what each verify round committed. Levels, warm-up, closed-loop clients and
+//! metrics live above it and are written once (see [`crate::harness`]).
+
+use serde::Serialize;
+
+/// Nanoseconds since the start of a level: virtual time in the simulator, the wall clock
+/// in the engine.
+pub type Nanos = u64;
+
+/// One request as the load generator issues it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Request {
+    /// Stable id: seeds everything random about this request (prompt, trace slice).
+    pub id: u64,
+    pub input_len: u32,
+    pub max_tokens: u32,
+    /// Warm-up requests are served like any other and left out of the metrics.
+    pub warmup: bool,
+}
+
+/// What a backend reports for a finished request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestRecord {
+    pub id: u64,
+    pub warmup: bool,
+    pub input_len: u32,
+    pub submitted_ns: Nanos,
+    /// When each output token became visible to the client, one entry per token.
+    pub token_times_ns: Vec<Nanos>,
+    /// Tokens committed by each verify round (bonus token included); empty without
+    /// speculation. The first token (from prefill) belongs to no round.
+    pub round_commits: Vec<u32>,
+}
+
+impl RequestRecord {
+    pub fn output_tokens(&self) -> u32 {
+        self.token_times_ns.len() as u32
+    }
+    pub fn finished_ns(&self) -> Nanos {
+        self.token_times_ns.last().copied().unwrap_or(self.submitted_ns)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{backend} backend: {message}")]
+    Failed {
+        backend: &'static str,
+        message: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    #[error("{backend} backend: no request can finish (submitted {pending}, none in progress)")]
+    Stalled { backend: &'static str, pending: usize },
+}
+
+impl BackendError {
+    pub fn failed(
+        backend: &'static str,
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> BackendError {
+        BackendError::Failed {
+            backend,
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+    pub fn msg(backend: &'static str, message: impl Into<String>) -> BackendError {
+        BackendError::Failed {
+            backend,
+            message: message.into(),
+            source: None,
+        }
+    }
+}
+
+/// A serving backend. `start_level` gives a fresh server (empty batch, empty caches) for
+/// one concurrency level.
+pub trait Backend {
+    fn name(&self) -> &'static str;
+    /// One line for the report: what produced tokens and times.
+    fn describe(&self) -> String;
+    fn start_level(&mut self, concurrency: u32) -> Result<Box<dyn Session + '_>, BackendError>;
+}
+
+/// A running server for one level. The harness submits requests and waits for completions;
+/// the backend advances its own clock (virtual or wall) while it serves them.
+pub trait Session {
+    fn now_ns(&self) -> Nanos;
+    /// Queue a request arriving now.
+    fn submit(&mut self, request: Request) -> Result<(), BackendError>;
+    /// Serve until at least one submitted request has finished; return every request that
+    /// finished (in order of finishing, ties by id).
+    fn run_until_completion(&mut self) -> Result<Vec<RequestRecord>, BackendError>;
+}

@@ -1,0 +1,12 @@
+//! kbench-core: what every backend shares. It knows no backend.
+
+pub mod acceptance;
+pub mod arch;
+pub mod backend;
+pub mod harness;
+pub mod metrics;
+pub mod seed;
+pub mod spec;
+pub mod trace;
+pub mod tree;
+pub mod verify;

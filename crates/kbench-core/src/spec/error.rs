@@ -1,0 +1,100 @@
+use std::path::PathBuf;
+
+use crate::arch::ArchError;
+
+/// Where in the experiment file an error points, for rendering a snippet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSpan {
+    pub line: usize,
+    pub column: usize,
+    pub offset: usize,
+    pub len: usize,
+    pub snippet: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("cannot read experiment file {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{}:{}: {message}", span.line, span.column)]
+    Syntax {
+        path: PathBuf,
+        message: String,
+        span: SourceSpan,
+    },
+    #[error("{path}{}: unknown key `{key}` in {section}{}", span_suffix(.span), suggestion_suffix(.suggestion))]
+    UnknownKey {
+        path: PathBuf,
+        key: String,
+        section: String,
+        suggestion: Option<String>,
+        span: Option<SourceSpan>,
+    },
+    #[error("{path}{}: {message}", span_suffix(.span))]
+    Schema {
+        path: PathBuf,
+        message: String,
+        span: Option<SourceSpan>,
+    },
+    #[error("invalid --set `{assignment}`: {reason}")]
+    Override { assignment: String, reason: String },
+    #[error("{path}: {rule}: {message}\n  fix: {fix}")]
+    Invalid {
+        path: PathBuf,
+        rule: &'static str,
+        message: String,
+        fix: String,
+    },
+    #[error("{path}: {what}")]
+    Arch {
+        path: PathBuf,
+        what: String,
+        #[source]
+        source: ArchError,
+    },
+}
+
+fn span_suffix(span: &Option<SourceSpan>) -> String {
+    span.as_ref()
+        .map(|s| format!(":{}:{}", s.line, s.column))
+        .unwrap_or_default()
+}
+
+fn suggestion_suffix(s: &Option<String>) -> String {
+    s.as_ref()
+        .map(|s| format!(" (did you mean `{s}`?)"))
+        .unwrap_or_default()
+}
+
+impl SpecError {
+    pub fn span(&self) -> Option<&SourceSpan> {
+        match self {
+            SpecError::Syntax { span, .. } => Some(span),
+            SpecError::UnknownKey { span, .. } | SpecError::Schema { span, .. } => span.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+pub(crate) fn span_at(text: &str, range: std::ops::Range<usize>) -> SourceSpan {
+    let offset = range.start.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let column = text[line_start..offset].chars().count() + 1;
+    let line_end = text[offset..]
+        .find('\n')
+        .map(|i| offset + i)
+        .unwrap_or(text.len());
+    SourceSpan {
+        line,
+        column,
+        offset,
+        len: range.end.saturating_sub(range.start).max(1),
+        snippet: text[line_start..line_end].to_string(),
+    }
+}

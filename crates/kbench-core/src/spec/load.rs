@@ -1,0 +1,226 @@
+//! Reading an experiment file: TOML parse with positions, `--set` overrides, declared
+//! sweeps, unknown-key suggestions, then validation into a typed [`Experiment`].
+
+use std::path::{Path, PathBuf};
+
+use super::error::{span_at, SourceSpan, SpecError};
+use super::file::ExperimentFile;
+use super::resolve::{resolve, Experiment};
+
+/// One runnable configuration of a file: the file itself, or one variant of its sweep.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    /// None for a file without a sweep.
+    pub name: Option<String>,
+    pub experiment: Experiment,
+}
+
+/// Loads a file, applies `overrides` (`key=value`, TOML values; bare words are strings),
+/// expands its sweep, and validates every variant.
+pub fn load_experiment(path: &Path, overrides: &[String]) -> Result<Vec<Variant>, SpecError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    load_experiment_str(&text, path, overrides)
+}
+
+pub fn load_experiment_str(
+    text: &str,
+    path: &Path,
+    overrides: &[String],
+) -> Result<Vec<Variant>, SpecError> {
+    // Deserializing the text directly (not a Value) keeps spans for schema errors.
+    let _: ExperimentFile = toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
+    for assignment in overrides {
+        apply_override(&mut table, assignment)?;
+    }
+    let base = parse_table(&table, path)?;
+    let base_dir = path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let Some(sweep) = base.sweep.clone() else {
+        return Ok(vec![Variant {
+            name: None,
+            experiment: resolve(base, path, &base_dir)?,
+        }]);
+    };
+    if sweep.variants.is_empty() {
+        return Err(SpecError::Invalid {
+            path: path.into(),
+            rule: "sweep",
+            message: "[sweep] declares no variants".into(),
+            fix: "add [[sweep.variants]] entries with a name and a `set` table, or remove [sweep]"
+                .into(),
+        });
+    }
+    let mut out = Vec::with_capacity(sweep.variants.len());
+    for variant in &sweep.variants {
+        let mut t = table.clone();
+        t.remove("sweep");
+        for (key, value) in &variant.set {
+            set_dotted(&mut t, key, value.clone()).map_err(|reason| SpecError::Override {
+                assignment: format!("sweep variant `{}`: {key}", variant.name),
+                reason,
+            })?;
+        }
+        // Command-line overrides win over the sweep's own settings.
+        for assignment in overrides {
+            apply_override(&mut t, assignment)?;
+        }
+        let file = parse_table(&t, path)?;
+        let experiment = resolve(file, path, &base_dir).map_err(|e| match e {
+            SpecError::Invalid {
+                path,
+                rule,
+                message,
+                fix,
+            } => SpecError::Invalid {
+                path,
+                rule,
+                message: format!("sweep variant `{}`: {message}", variant.name),
+                fix,
+            },
+            other => other,
+        })?;
+        out.push(Variant {
+            name: Some(variant.name.clone()),
+            experiment,
+        });
+    }
+    Ok(out)
+}
+
+fn parse_table(table: &toml::Table, path: &Path) -> Result<ExperimentFile, SpecError> {
+    ExperimentFile::deserialize_table(table).map_err(|e| {
+        let message = e.message().to_string();
+        schema_error(&message, path, None)
+    })
+}
+
+impl ExperimentFile {
+    fn deserialize_table(table: &toml::Table) -> Result<ExperimentFile, toml::de::Error> {
+        let text = toml::to_string(table).expect("a parsed TOML table serializes");
+        toml::from_str(&text)
+    }
+}
+
+fn from_toml_error(e: toml::de::Error, text: &str, path: &Path) -> SpecError {
+    let span = e.span().map(|r| span_at(text, r));
+    let message = e.message().to_string();
+    if message.contains("unknown field") || message.starts_with("missing field") || is_type_error(&message)
+    {
+        return schema_error(&message, path, span);
+    }
+    match span {
+        Some(span) => SpecError::Syntax {
+            path: path.into(),
+            message: message.trim().to_string(),
+            span,
+        },
+        None => SpecError::Schema {
+            path: path.into(),
+            message,
+            span: None,
+        },
+    }
+}
+
+fn is_type_error(m: &str) -> bool {
+    m.starts_with("invalid type") || m.starts_with("invalid value") || m.starts_with("unknown variant")
+}
+
+/// Turns serde's "unknown field `x`, expected one of `a`, `b`" into a suggestion.
+fn schema_error(message: &str, path: &Path, span: Option<SourceSpan>) -> SpecError {
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let key = rest.split('`').next().unwrap_or("").to_string();
+        let expected: Vec<&str> = rest
+            .split("expected")
+            .nth(1)
+            .map(|e| e.split('`').skip(1).step_by(2).collect())
+            .unwrap_or_default();
+        let suggestion = expected
+            .iter()
+            .map(|c| (strsim::jaro_winkler(&key, c), *c))
+            .filter(|(score, _)| *score > 0.75)
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, c)| c.to_string());
+        let section = span
+            .as_ref()
+            .map(|s| section_of(s))
+            .unwrap_or_else(|| "the experiment".into());
+        return SpecError::UnknownKey {
+            path: path.into(),
+            key,
+            section,
+            suggestion,
+            span,
+        };
+    }
+    SpecError::Schema {
+        path: path.into(),
+        message: message.trim().to_string(),
+        span,
+    }
+}
+
+fn section_of(span: &SourceSpan) -> String {
+    // The snippet alone does not name the table; keep it generic but precise about the line.
+    let _ = span;
+    "the experiment file".into()
+}
+
+pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<(), SpecError> {
+    let (key, raw) = assignment
+        .split_once('=')
+        .ok_or_else(|| SpecError::Override {
+            assignment: assignment.into(),
+            reason: "expected KEY=VALUE, e.g. speculative.num_steps=3".into(),
+        })?;
+    let key = key.trim();
+    let raw = raw.trim();
+    if key.is_empty() {
+        return Err(SpecError::Override {
+            assignment: assignment.into(),
+            reason: "the key is empty".into(),
+        });
+    }
+    let value = parse_value(raw);
+    set_dotted(table, key, value).map_err(|reason| SpecError::Override {
+        assignment: assignment.into(),
+        reason,
+    })
+}
+
+/// A TOML value if it parses as one (`3`, `true`, `[1, 2]`, `"x"`), else a bare string.
+fn parse_value(raw: &str) -> toml::Value {
+    let doc = format!("v = {raw}");
+    match toml::from_str::<toml::Table>(&doc) {
+        Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(raw.into())),
+        Err(_) => toml::Value::String(raw.into()),
+    }
+}
+
+fn set_dotted(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
+    let parts: Vec<&str> = key.split('.').collect();
+    let (last, parents) = parts.split_last().expect("split yields at least one part");
+    let mut cur = table;
+    for (i, part) in parents.iter().enumerate() {
+        let entry = cur
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        cur = match entry {
+            toml::Value::Table(t) => t,
+            _ => {
+                return Err(format!(
+                    "`{}` is not a table",
+                    parts[..=i].join(".")
+                ))
+            }
+        };
+    }
+    cur.insert(last.to_string(), value);
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! Experiment files: schema, loading with overrides and sweeps, SGLang validation.
+
+mod error;
+mod file;
+mod load;
+mod resolve;
+mod speculative;
+
+pub use error::{SourceSpan, SpecError};
+pub use file::*;
+pub use load::{apply_override, load_experiment, load_experiment_str, Variant};
+pub use resolve::{
+    Experiment, HardwareRef, DEFAULT_CUDA_GRAPH_MAX_BS, DEFAULT_MAX_RUNNING_REQUESTS,
+    SPEC_DEFAULT_MAX_RUNNING_REQUESTS,
+};
+pub use speculative::{validate_speculative, RuleViolation, SpecConfig, VerifyMethod};

@@ -1,0 +1,299 @@
+//! From the file as written to a typed, validated experiment with every preset resolved.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::error::SpecError;
+use super::file::{Algorithm, ExperimentFile};
+use super::speculative::{validate_speculative, SpecConfig};
+use crate::arch::{DraftArch, ModelArch};
+
+/// The hardware the experiment names; its contents are the backend's business.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum HardwareRef {
+    Preset(String),
+    Profile(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    pub file: ExperimentFile,
+    pub path: PathBuf,
+    pub base_dir: PathBuf,
+    pub model: ModelArch,
+    pub draft: Option<DraftArch>,
+    pub hardware: HardwareRef,
+    pub spec: SpecConfig,
+    pub tp_size: u32,
+    pub max_running_requests: u32,
+    pub cuda_graph_max_bs: u32,
+    pub concurrency: Vec<u32>,
+    pub requests_per_level: u32,
+    pub warmup_requests: u32,
+    pub max_tokens: u32,
+    pub input_len: (u32, u32),
+    pub trace: Option<PathBuf>,
+    /// Warnings SGLang would log (e.g. max_running_requests forced to 48).
+    pub notes: Vec<String>,
+}
+
+/// SGLang forces this when speculation is on and max_running_requests is unset.
+pub const SPEC_DEFAULT_MAX_RUNNING_REQUESTS: u32 = 48;
+/// Used when neither speculation nor the file bounds the batch.
+pub const DEFAULT_MAX_RUNNING_REQUESTS: u32 = 1024;
+/// SGLang's default when the file does not say (it depends on GPU memory; stated as assumed).
+pub const DEFAULT_CUDA_GRAPH_MAX_BS: u32 = 160;
+
+pub(crate) fn resolve(
+    file: ExperimentFile,
+    path: &Path,
+    base_dir: &Path,
+) -> Result<Experiment, SpecError> {
+    let invalid = |rule: &'static str, message: String, fix: &str| SpecError::Invalid {
+        path: path.into(),
+        rule,
+        message,
+        fix: fix.into(),
+    };
+    let arch_err = |what: String, source| SpecError::Arch {
+        path: path.into(),
+        what,
+        source,
+    };
+
+    let model = match (&file.model.preset, &file.model.config) {
+        (Some(p), None) => ModelArch::preset(p).map_err(|e| arch_err("[model] preset".into(), e))?,
+        (None, Some(c)) => {
+            let cfg = base_dir.join(c);
+            ModelArch::from_config_file(&cfg).map_err(|e| arch_err(format!("[model] config {c}"), e))?
+        }
+        _ => {
+            return Err(invalid(
+                "model",
+                "[model] needs exactly one of `preset` or `config`".into(),
+                "write `preset = \"kimi-k2.5\"` or `config = \"path/to/config.json\"`",
+            ))
+        }
+    };
+
+    let hardware = match (&file.hardware.preset, &file.hardware.profile) {
+        (Some(p), None) => HardwareRef::Preset(p.clone()),
+        (None, Some(p)) => HardwareRef::Profile(base_dir.join(p)),
+        _ => {
+            return Err(invalid(
+                "hardware",
+                "[hardware] needs exactly one of `preset` or `profile`".into(),
+                "write `preset = \"8x-rtx-pro-6000-server\"` or `profile = \"hardware/my-gpu.toml\"`",
+            ))
+        }
+    };
+
+    let spec = validate_speculative(&file.speculative).map_err(|v| SpecError::Invalid {
+        path: path.into(),
+        rule: v.rule,
+        message: v.message,
+        fix: v.fix,
+    })?;
+
+    let draft = if spec.algorithm == Algorithm::Eagle3 {
+        let section = file.draft.clone().ok_or_else(|| {
+            invalid(
+                "draft",
+                "speculative.algorithm = \"EAGLE3\" needs a [draft] section".into(),
+                "add [draft] with `preset = \"kimi-k2.5-eagle3\"` (or a config path)",
+            )
+        })?;
+        let mut d = match (&section.preset, &section.config) {
+            (Some(p), None) => {
+                DraftArch::preset(p).map_err(|e| arch_err("[draft] preset".into(), e))?
+            }
+            (None, Some(c)) => DraftArch::from_config_file(&base_dir.join(c), &model)
+                .map_err(|e| arch_err(format!("[draft] config {c}"), e))?,
+            (None, None) => {
+                let need = |v: Option<u32>, k: &str| {
+                    v.ok_or_else(|| {
+                        invalid(
+                            "draft",
+                            format!("[draft] without a preset or config needs `{k}`"),
+                            "give `preset`, `config`, or all of hidden_size, num_heads, intermediate_size, draft_vocab_size",
+                        )
+                    })
+                };
+                let hidden = need(section.hidden_size, "hidden_size")?;
+                let heads = need(section.num_heads, "num_heads")?;
+                DraftArch {
+                    name: "custom".into(),
+                    hidden_size: hidden,
+                    num_heads: heads,
+                    num_kv_heads: section.num_kv_heads.unwrap_or(heads),
+                    head_dim: hidden / heads.max(1),
+                    intermediate_size: need(section.intermediate_size, "intermediate_size")?,
+                    draft_vocab_size: need(section.draft_vocab_size, "draft_vocab_size")?,
+                    target_vocab_size: model.vocab_size,
+                    capture_layers: model.eagle3_capture_layer_outputs().to_vec(),
+                    rms_norm_eps: model.rms_norm_eps,
+                    rope_theta: model.rope_theta,
+                }
+            }
+            _ => {
+                return Err(invalid(
+                    "draft",
+                    "[draft] takes `preset` or `config`, not both".into(),
+                    "keep one of them",
+                ))
+            }
+        };
+        // Explicit fields refine a preset.
+        if section.preset.is_some() || section.config.is_some() {
+            if let Some(v) = section.hidden_size {
+                d.hidden_size = v;
+            }
+            if let Some(v) = section.num_heads {
+                d.num_heads = v;
+            }
+            if let Some(v) = section.num_kv_heads {
+                d.num_kv_heads = v;
+            }
+            if let Some(v) = section.intermediate_size {
+                d.intermediate_size = v;
+            }
+            if let Some(v) = section.draft_vocab_size {
+                d.draft_vocab_size = v;
+            }
+        }
+        if let Some(layers) = section.capture_layers {
+            d.capture_layers = layers;
+        }
+        if d.capture_layers.len() != 3 || d.capture_layers.iter().any(|&l| l >= model.num_layers) {
+            return Err(invalid(
+                "draft.capture_layers",
+                format!(
+                    "EAGLE-3 captures exactly three target layers below {}, got {:?}",
+                    model.num_layers, d.capture_layers
+                ),
+                "use three layer indices, e.g. [1, N/2-1, N-4] as SGLang does",
+            ));
+        }
+        Some(d)
+    } else {
+        None
+    };
+
+    let s = &file.server;
+    if s.tp_size == 0 {
+        return Err(invalid("server.tp_size", "tp_size must be at least 1".into(), "set tp_size = 1 or more"));
+    }
+    if model.num_heads % s.tp_size != 0 {
+        return Err(invalid(
+            "server.tp_size",
+            format!("{} attention heads do not split over tp_size {}", model.num_heads, s.tp_size),
+            "use a tp_size that divides the number of attention heads",
+        ));
+    }
+    let mut notes = Vec::new();
+    let max_running_requests = match s.max_running_requests {
+        Some(0) => {
+            return Err(invalid(
+                "server.max_running_requests",
+                "max_running_requests must be at least 1".into(),
+                "set it to 1 or more, or remove it",
+            ))
+        }
+        Some(n) => n,
+        None if spec.algorithm == Algorithm::Eagle3 => {
+            notes.push(format!(
+                "max_running_requests unset with speculation: SGLang caps it at {SPEC_DEFAULT_MAX_RUNNING_REQUESTS}"
+            ));
+            SPEC_DEFAULT_MAX_RUNNING_REQUESTS
+        }
+        None => DEFAULT_MAX_RUNNING_REQUESTS,
+    };
+    let cuda_graph_max_bs = match s.cuda_graph_max_bs {
+        Some(n) => n,
+        None => {
+            notes.push(format!(
+                "cuda_graph_max_bs unset: assumed SGLang's default of {DEFAULT_CUDA_GRAPH_MAX_BS}"
+            ));
+            DEFAULT_CUDA_GRAPH_MAX_BS
+        }
+    };
+
+    let b = &file.benchmark;
+    if b.concurrency.is_empty() {
+        return Err(invalid(
+            "benchmark.concurrency",
+            "the concurrency list is empty".into(),
+            "list at least one level, e.g. concurrency = [1, 8, 64]",
+        ));
+    }
+    let mut concurrency = Vec::with_capacity(b.concurrency.len());
+    for &c in &b.concurrency {
+        if c <= 0 || c > u32::MAX as i64 {
+            return Err(invalid(
+                "benchmark.concurrency",
+                format!("concurrency {c} is not a positive count"),
+                "use concurrency levels of 1 or more",
+            ));
+        }
+        concurrency.push(c as u32);
+    }
+    let positive = |v: i64, key: &'static str| -> Result<u32, SpecError> {
+        if v <= 0 || v > u32::MAX as i64 {
+            Err(invalid(key, format!("{key} = {v} is not a positive count"), "use 1 or more"))
+        } else {
+            Ok(v as u32)
+        }
+    };
+    let requests_per_level = positive(b.requests_per_level, "benchmark.requests_per_level")?;
+    if b.warmup_requests < 0 || b.warmup_requests > u32::MAX as i64 {
+        return Err(invalid(
+            "benchmark.warmup_requests",
+            format!("warmup_requests = {} is negative", b.warmup_requests),
+            "use 0 or more",
+        ));
+    }
+    let w = &file.workload;
+    if w.max_tokens == 0 {
+        return Err(invalid("workload.max_tokens", "max_tokens = 0 generates nothing".into(), "use 1 or more"));
+    }
+    let input_len = match (w.input_len, w.input_len_range) {
+        (Some(n), None) if n > 0 => (n, n),
+        (None, Some([lo, hi])) if lo > 0 && lo <= hi => (lo, hi),
+        (None, None) => {
+            return Err(invalid(
+                "workload.input_len",
+                "the workload needs a prompt length".into(),
+                "set `input_len = 512` or `input_len_range = [256, 1024]`",
+            ))
+        }
+        _ => {
+            return Err(invalid(
+                "workload.input_len",
+                "give one of input_len (>= 1) or input_len_range = [lo, hi] with 1 <= lo <= hi".into(),
+                "e.g. input_len = 512",
+            ))
+        }
+    };
+    let trace = w.trace.as_ref().map(|t| base_dir.join(t));
+
+    Ok(Experiment {
+        tp_size: s.tp_size,
+        max_running_requests,
+        cuda_graph_max_bs,
+        requests_per_level,
+        warmup_requests: b.warmup_requests as u32,
+        max_tokens: w.max_tokens,
+        input_len,
+        trace,
+        concurrency,
+        notes,
+        spec,
+        model,
+        draft,
+        hardware,
+        path: path.into(),
+        base_dir: base_dir.into(),
+        file,
+    })
+}

@@ -1,0 +1,206 @@
+//! SGLang's rules for EAGLE settings (server_args.py), each error naming the rule and a fix.
+
+use serde::Serialize;
+
+use super::file::{Algorithm, SpeculativeSection};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifyMethod {
+    /// Accept the child equal to the target's argmax.
+    Greedy,
+    /// SGLang's `tree_speculative_sampling_target_only`.
+    TargetOnly,
+    /// Leviathan/Chen speculative sampling: lossless.
+    Exact,
+}
+
+/// Validated speculative settings. For `Algorithm::None` the counts are 0.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SpecConfig {
+    pub algorithm: Algorithm,
+    pub num_steps: u32,
+    pub eagle_topk: u32,
+    pub num_draft_tokens: u32,
+    pub spec_v2: bool,
+    pub disable_batch_threshold: Option<u32>,
+    /// Settings SGLang itself rejects, run because the file allowed it.
+    pub unsupported: Vec<String>,
+    pub verify: VerifyMethod,
+}
+
+impl SpecConfig {
+    pub fn none() -> SpecConfig {
+        SpecConfig {
+            algorithm: Algorithm::None,
+            num_steps: 0,
+            eagle_topk: 0,
+            num_draft_tokens: 0,
+            spec_v2: false,
+            disable_batch_threshold: None,
+            unsupported: Vec::new(),
+            verify: VerifyMethod::Greedy,
+        }
+    }
+
+    pub fn eagle(num_steps: u32, eagle_topk: u32, num_draft_tokens: u32) -> SpecConfig {
+        SpecConfig {
+            algorithm: Algorithm::Eagle3,
+            num_steps,
+            eagle_topk,
+            num_draft_tokens,
+            ..SpecConfig::none()
+        }
+    }
+
+    pub fn is_speculative(&self) -> bool {
+        self.algorithm != Algorithm::None
+    }
+
+    /// Candidates scored per request per round: `topk + (steps - 1) * topk^2`.
+    pub fn num_candidates(&self) -> u32 {
+        if self.num_steps == 0 {
+            return 0;
+        }
+        self.eagle_topk + (self.num_steps - 1) * self.eagle_topk * self.eagle_topk
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleViolation {
+    pub rule: &'static str,
+    pub message: String,
+    pub fix: String,
+}
+
+fn violation(rule: &'static str, message: String, fix: impl Into<String>) -> RuleViolation {
+    RuleViolation {
+        rule,
+        message,
+        fix: fix.into(),
+    }
+}
+
+/// Applies SGLang's rules; `allow_unsupported` turns the ones kbench can still simulate
+/// (v2 with trees) into recorded notes instead of errors.
+pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleViolation> {
+    let verify = match s.verify.as_deref() {
+        None | Some("greedy") => VerifyMethod::Greedy,
+        Some("target_only") => VerifyMethod::TargetOnly,
+        Some("exact") => VerifyMethod::Exact,
+        Some(other) => {
+            return Err(violation(
+                "speculative.verify",
+                format!("unknown verification method `{other}`"),
+                "use \"greedy\", \"target_only\" (SGLang's tree sampling) or \"exact\" (lossless)",
+            ))
+        }
+    };
+    if s.algorithm == Algorithm::None {
+        let set: Vec<&str> = [
+            ("num_steps", s.num_steps.is_some()),
+            ("eagle_topk", s.eagle_topk.is_some()),
+            ("num_draft_tokens", s.num_draft_tokens.is_some()),
+            ("spec_v2", s.spec_v2),
+        ]
+        .into_iter()
+        .filter_map(|(k, on)| on.then_some(k))
+        .collect();
+        if !set.is_empty() {
+            return Err(violation(
+                "speculative settings without an algorithm",
+                format!("{} set while algorithm = \"none\"", set.join(", ")),
+                "set algorithm = \"EAGLE3\", or remove those keys",
+            ));
+        }
+        return Ok(SpecConfig {
+            verify,
+            ..SpecConfig::none()
+        });
+    }
+
+    // Rule 1: all three or none (none = SGLang's auto choice for non-llama targets).
+    let (steps, topk, draft_tokens) = match (s.num_steps, s.eagle_topk, s.num_draft_tokens) {
+        (None, None, None) => (3, 1, 4),
+        (Some(a), Some(b), Some(c)) => (a, b, c),
+        (Some(a), Some(1), None) => (a, 1, a + 1),
+        _ => {
+            return Err(violation(
+                "SGLang rule: set num_steps, eagle_topk and num_draft_tokens together",
+                format!(
+                    "got num_steps={:?}, eagle_topk={:?}, num_draft_tokens={:?}",
+                    s.num_steps, s.eagle_topk, s.num_draft_tokens
+                ),
+                "set all three (e.g. 3, 1, 4), or none for SGLang's default (3, 1, 4)",
+            ))
+        }
+    };
+    if steps == 0 || topk == 0 || draft_tokens == 0 {
+        return Err(violation(
+            "SGLang rule: positive speculative counts",
+            format!("num_steps={steps}, eagle_topk={topk}, num_draft_tokens={draft_tokens}"),
+            "use num_steps >= 1, eagle_topk >= 1, num_draft_tokens >= 2",
+        ));
+    }
+    // Rule 2: a chain verifies exactly its drafted tokens plus the root.
+    if topk == 1 && draft_tokens != steps + 1 {
+        return Err(violation(
+            "SGLang rule: eagle_topk == 1 forces num_draft_tokens = num_steps + 1",
+            format!("num_steps={steps}, eagle_topk=1, num_draft_tokens={draft_tokens}"),
+            format!("set num_draft_tokens = {}", steps + 1),
+        ));
+    }
+    // Rule 3: cannot verify more nodes than the tree has.
+    let max_nodes = topk * steps + 1;
+    if draft_tokens > max_nodes {
+        return Err(violation(
+            "SGLang rule: num_draft_tokens <= eagle_topk * num_steps + 1",
+            format!("num_draft_tokens={draft_tokens} exceeds {topk} * {steps} + 1 = {max_nodes}"),
+            format!("use num_draft_tokens between 2 and {max_nodes}"),
+        ));
+    }
+    if draft_tokens < 2 {
+        return Err(violation(
+            "SGLang rule: num_draft_tokens includes the root",
+            format!("num_draft_tokens={draft_tokens} leaves no drafted token"),
+            "use num_draft_tokens >= 2",
+        ));
+    }
+    let mut unsupported = Vec::new();
+    // Rule 4: the overlap scheduler only handles chains.
+    if s.spec_v2 && topk > 1 {
+        if s.allow_unsupported {
+            unsupported.push(format!(
+                "spec_v2 with eagle_topk={topk}: SGLang supports v2 only with eagle_topk == 1"
+            ));
+        } else {
+            return Err(violation(
+                "SGLang rule: spec v2 (overlap) requires eagle_topk == 1",
+                format!("spec_v2 = true with eagle_topk = {topk}"),
+                "set eagle_topk = 1 (and num_draft_tokens = num_steps + 1), or spec_v2 = false, or allow_unsupported = true for a what-if study",
+            ));
+        }
+    }
+    if let Some(t) = s.disable_batch_threshold {
+        if t == 0 {
+            return Err(violation(
+                "speculative.disable_batch_threshold",
+                "a threshold of 0 disables speculation for every batch".into(),
+                "use algorithm = \"none\" instead, or a threshold >= 1",
+            ));
+        }
+        unsupported.push(format!(
+            "disable_batch_threshold={t}: not upstream SGLang (the seed's fork)"
+        ));
+    }
+    Ok(SpecConfig {
+        algorithm: s.algorithm,
+        num_steps: steps,
+        eagle_topk: topk,
+        num_draft_tokens: draft_tokens,
+        spec_v2: s.spec_v2,
+        disable_batch_threshold: s.disable_batch_threshold,
+        unsupported,
+        verify,
+    })
+}

@@ -1,0 +1,1 @@
+//! Acceptance traces, format v1 (docs/trace-format.md).

@@ -1,0 +1,1 @@
+//! SGLang's draft tree: beam expansion by cumulative probability and final selection.

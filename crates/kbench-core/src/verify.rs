@@ -1,0 +1,2 @@
+//! Verification of a draft tree against target outputs: greedy, SGLang's target-only
+//! tree sampling, and exact speculative sampling.

@@ -1,0 +1,1 @@
+//! kbench-cuda: CUDA device and kernels.

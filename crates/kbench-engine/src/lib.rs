@@ -1,0 +1,1 @@
+//! kbench-engine: the native engine.

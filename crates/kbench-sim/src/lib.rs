@@ -1,0 +1,1 @@
+//! kbench-sim: cost model, serving simulator (virtual time), trace replay, calibration.
