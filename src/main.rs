@@ -1,4 +1,3 @@
 fn main() {
-    std::process::exit(kbench_cli_placeholder());
+    std::process::exit(kbench::cli::main());
 }
-fn kbench_cli_placeholder() -> i32 { 0 }

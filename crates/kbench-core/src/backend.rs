@@ -83,6 +83,11 @@ pub trait Backend {
     /// One line for the report: what produced tokens and times.
     fn describe(&self) -> String;
     fn start_level(&mut self, concurrency: u32) -> Result<Box<dyn Session + '_>, BackendError>;
+    /// What the reader must know about the run so far (e.g. op-table lookups outside the
+    /// measured range). Ordered and deduplicated by the backend.
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A running server for one level. The harness submits requests and waits for completions;

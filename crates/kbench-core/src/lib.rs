@@ -2,6 +2,8 @@
 
 pub mod acceptance;
 pub mod arch;
+pub mod atomic;
+pub mod report;
 pub mod backend;
 pub mod harness;
 pub mod metrics;

@@ -1,1 +1,101 @@
-//! kbench-cuda: CUDA device and kernels.
+//! kbench-cuda: the CUDA path of kbench's engine, kernel layer.
+//!
+//! - [`check_kernels`]: compile every kernel in `kernels/` through NVRTC for given archs; needs
+//!   no GPU and no driver, only libnvrtc (pip `nvidia-cuda-nvrtc`) and the CUDA headers
+//!   (pip `nvidia-cuda-runtime`).
+//! - [`CudaDevice::new`]: a device, or a typed error on machines without a driver / GPU.
+//! - [`ops`]: launch wrappers for every kernel; [`reference`]: f32 CPU references;
+//!   [`selftest`]: the GPU tests (used by `tests/gpu.rs` and the `kbench-gpu` binary);
+//!   [`bench`]: timings with CUDA events, the layer stack and its calibration profile;
+//!   [`comm`]: tensor-parallel all-reduce (NCCL; world size 1 needs none); [`device::Graph`]:
+//!   CUDA graph capture.
+
+pub mod bench;
+pub mod comm;
+pub mod device;
+pub mod error;
+pub mod kernels;
+pub mod nvrtc;
+pub mod ops;
+pub mod reference;
+pub mod selftest;
+
+pub use device::{CudaDevice, DBuf};
+pub use error::{CudaError, Result};
+
+/// The result of compiling one kernel file for one architecture.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelCheck {
+    pub file: String,
+    pub arch: String,
+    pub ok: bool,
+    /// NVRTC's log (warnings on success, errors on failure) or why nothing could be compiled.
+    pub log: String,
+    pub millis: f64,
+}
+
+/// Compile every kernel file through NVRTC for each arch ("sm_90", "sm_120", ...).
+/// Needs no GPU. If NVRTC cannot be found, every entry is `ok: false` with the reason.
+pub fn check_kernels(archs: &[&str]) -> Vec<KernelCheck> {
+    let mut out = Vec::new();
+    let n = nvrtc::Nvrtc::get();
+    for arch in archs {
+        for f in kernels::ALL {
+            let t0 = std::time::Instant::now();
+            let (ok, log) = match &n {
+                Err(e) => (false, e.to_string()),
+                Ok(n) => match n.compile(f, arch) {
+                    Ok((_, log)) => (true, log),
+                    Err(log) => (false, log),
+                },
+            };
+            out.push(KernelCheck {
+                file: f.name.to_string(),
+                arch: arch.to_string(),
+                ok,
+                log,
+                millis: t0.elapsed().as_secs_f64() * 1e3,
+            });
+        }
+    }
+    out
+}
+
+/// Where NVRTC and the headers were found (for `kbench kernels check` to print).
+pub fn nvrtc_info() -> std::result::Result<String, String> {
+    match nvrtc::Nvrtc::get() {
+        Ok(n) => Ok(format!(
+            "NVRTC {}.{} at {}; headers {}",
+            n.version.0,
+            n.version.1,
+            n.lib_path.display(),
+            n.include_dir.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(none found)".into())
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// bf16 <-> f32 on the host (bf16 values are carried as `u16` bits).
+pub mod bf16 {
+    /// Round to nearest even; NaN stays NaN.
+    pub fn from_f32(x: f32) -> u16 {
+        let b = x.to_bits();
+        if x.is_nan() {
+            return ((b >> 16) | 0x40) as u16;
+        }
+        let r = 0x7fff + ((b >> 16) & 1);
+        (b.wrapping_add(r) >> 16) as u16
+    }
+    pub fn to_f32(x: u16) -> f32 {
+        f32::from_bits((x as u32) << 16)
+    }
+    pub fn round(x: f32) -> f32 {
+        to_f32(from_f32(x))
+    }
+    pub fn vec_from(xs: &[f32]) -> Vec<u16> {
+        xs.iter().map(|&x| from_f32(x)).collect()
+    }
+    pub fn vec_to(xs: &[u16]) -> Vec<f32> {
+        xs.iter().map(|&x| to_f32(x)).collect()
+    }
+}

@@ -1,1 +1,30 @@
-//! kbench-engine: the native engine.
+//! kbench-engine: the native engine. A DeepSeek-V3 / Kimi-K2.5 target (MLA, sigmoid-routed
+//! MoE, INT4 compressed-tensors experts) and an EAGLE-3 draft head, loaded from safetensors
+//! in the real checkpoints' format, running SGLang's speculative round on a CPU reference
+//! path (the correctness oracle). The CUDA path is selected through [`Device`] and reports
+//! that it is not available in this build.
+#![recursion_limit = "256"]
+
+pub mod backend;
+pub mod device;
+pub mod draft;
+pub mod error;
+pub mod generate;
+pub mod init;
+pub mod linalg;
+pub mod model;
+pub mod quant;
+pub mod rope;
+pub mod spec;
+pub mod st;
+pub mod target;
+pub mod trace;
+
+pub use backend::EngineBackend;
+pub use device::Device;
+pub use error::{EngineError, Result};
+pub use generate::{generate, GenerateOptions, GenerateResult};
+pub use init::{build_model, ensure_tiny_model, init_model, init_model_with, plan_checkpoint, Dims, InitOptions, Preset};
+pub use model::Model;
+pub use spec::SpecSettings;
+pub use trace::{record_trace, TraceOptions};

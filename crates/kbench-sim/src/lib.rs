@@ -1,1 +1,26 @@
-//! kbench-sim: cost model, serving simulator (virtual time), trace replay, calibration.
+//! kbench-sim: cost model, serving simulator (virtual time), calibration.
+//!
+//! - [`profile`]: hardware profiles with provenance; [`presets`]: the embedded ones.
+//! - [`optable`]: measured operator tables, interpolated; [`pricer`]: one operator's price.
+//! - [`cost`]: passes and rounds priced, with breakdowns ([`cost::CostModel::explain_round`]).
+//! - [`sim`]: [`SimBackend`], the `sim` backend (continuous batching in virtual time).
+//! - [`acceptance`]: acceptance models usable without a trace.
+//! - [`predict`]: run an experiment's levels and read C=1 / saturation throughput.
+//! - [`calibrate`]: fit a profile's free parameters to end-to-end measurements.
+
+pub mod acceptance;
+pub mod calibrate;
+pub mod cost;
+pub mod error;
+mod fit;
+pub mod optable;
+pub mod predict;
+pub mod presets;
+pub mod pricer;
+pub mod profile;
+pub mod sim;
+
+pub use cost::{CostModel, PassBreakdown, PassKind, RoundBreakdown};
+pub use error::SimError;
+pub use profile::{HardwareProfile, Param, Provenance};
+pub use sim::SimBackend;

@@ -36,7 +36,7 @@ pub fn load_experiment_str(
     for assignment in overrides {
         apply_override(&mut table, assignment)?;
     }
-    let base = parse_table(&table, path)?;
+    let base = parse_table(&table, path).map_err(|e| name_override_section(e, overrides))?;
     let base_dir = path
         .parent()
         .map(Path::to_path_buf)
@@ -70,7 +70,7 @@ pub fn load_experiment_str(
         for assignment in overrides {
             apply_override(&mut t, assignment)?;
         }
-        let file = parse_table(&t, path)?;
+        let file = parse_table(&t, path).map_err(|e| name_override_section(e, overrides))?;
         let experiment = resolve(file, path, &base_dir).map_err(|e| match e {
             SpecError::Invalid {
                 path,
@@ -107,12 +107,59 @@ impl ExperimentFile {
     }
 }
 
+/// An unknown key that came from `--set` is named with the table the user aimed at.
+fn name_override_section(e: SpecError, overrides: &[String]) -> SpecError {
+    match e {
+        SpecError::UnknownKey {
+            path,
+            key,
+            suggestion,
+            span,
+            ..
+        } => {
+            let section = overrides
+                .iter()
+                .filter_map(|o| o.split_once('=').map(|(k, _)| k.trim()))
+                .find_map(|k| {
+                    k.rsplit_once('.')
+                        .filter(|(_, last)| *last == key)
+                        .map(|(parent, _)| format!("[{parent}] (from --set {k})"))
+                })
+                .unwrap_or_else(|| "the experiment".into());
+            SpecError::UnknownKey {
+                path,
+                key,
+                section,
+                suggestion,
+                span,
+            }
+        }
+        other => other,
+    }
+}
+
 fn from_toml_error(e: toml::de::Error, text: &str, path: &Path) -> SpecError {
     let span = e.span().map(|r| span_at(text, r));
     let message = e.message().to_string();
     if message.contains("unknown field") || message.starts_with("missing field") || is_type_error(&message)
     {
-        return schema_error(&message, path, span);
+        let section = e.span().map(|r| table_header_before(text, r.start));
+        return match schema_error(&message, path, span) {
+            SpecError::UnknownKey {
+                path,
+                key,
+                suggestion,
+                span,
+                ..
+            } => SpecError::UnknownKey {
+                path,
+                key,
+                section: section.unwrap_or_else(|| "the experiment".into()),
+                suggestion,
+                span,
+            },
+            other => other,
+        };
     }
     match span {
         Some(span) => SpecError::Syntax {
@@ -147,14 +194,10 @@ fn schema_error(message: &str, path: &Path, span: Option<SourceSpan>) -> SpecErr
             .filter(|(score, _)| *score > 0.75)
             .max_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(_, c)| c.to_string());
-        let section = span
-            .as_ref()
-            .map(|s| section_of(s))
-            .unwrap_or_else(|| "the experiment".into());
         return SpecError::UnknownKey {
             path: path.into(),
             key,
-            section,
+            section: "the experiment".into(),
             suggestion,
             span,
         };
@@ -166,10 +209,15 @@ fn schema_error(message: &str, path: &Path, span: Option<SourceSpan>) -> SpecErr
     }
 }
 
-fn section_of(span: &SourceSpan) -> String {
-    // The snippet alone does not name the table; keep it generic but precise about the line.
-    let _ = span;
-    "the experiment file".into()
+/// The `[table]` a byte offset sits in, or the top level.
+fn table_header_before(text: &str, offset: usize) -> String {
+    text[..offset.min(text.len())]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|l| l.to_string())
+        .unwrap_or_else(|| "the top level".into())
 }
 
 pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<(), SpecError> {

@@ -16,6 +16,15 @@ pub enum HardwareRef {
     Profile(PathBuf),
 }
 
+impl std::fmt::Display for HardwareRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HardwareRef::Preset(p) => write!(f, "{p}"),
+            HardwareRef::Profile(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Experiment {
     pub file: ExperimentFile,
@@ -276,6 +285,31 @@ pub(crate) fn resolve(
         }
     };
     let trace = w.trace.as_ref().map(|t| base_dir.join(t));
+    if let Some(reference) = &file.reference {
+        for p in &reference.points {
+            if !crate::report::REFERENCE_METRICS.contains(&p.metric.as_str()) {
+                return Err(invalid(
+                    "reference.points.metric",
+                    format!("unknown metric `{}`", p.metric),
+                    &format!("use one of: {}", crate::report::REFERENCE_METRICS.join(", ")),
+                ));
+            }
+            if p.metric != "saturation_output_throughput" && p.concurrency.is_none() {
+                return Err(invalid(
+                    "reference.points.concurrency",
+                    format!("reference point `{}` needs the concurrency it was measured at", p.metric),
+                    "add `concurrency = N` to the point",
+                ));
+            }
+            if !(p.value.is_finite() && p.value > 0.0) {
+                return Err(invalid(
+                    "reference.points.value",
+                    format!("reference value {} is not a positive number", p.value),
+                    "give the measured value",
+                ));
+            }
+        }
+    }
 
     Ok(Experiment {
         tp_size: s.tp_size,

@@ -128,8 +128,10 @@ pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleVi
             return Err(violation(
                 "SGLang rule: set num_steps, eagle_topk and num_draft_tokens together",
                 format!(
-                    "got num_steps={:?}, eagle_topk={:?}, num_draft_tokens={:?}",
-                    s.num_steps, s.eagle_topk, s.num_draft_tokens
+                    "got num_steps={}, eagle_topk={}, num_draft_tokens={}",
+                    shown(s.num_steps),
+                    shown(s.eagle_topk),
+                    shown(s.num_draft_tokens)
                 ),
                 "set all three (e.g. 3, 1, 4), or none for SGLang's default (3, 1, 4)",
             ))
@@ -203,4 +205,8 @@ pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleVi
         unsupported,
         verify,
     })
+}
+
+fn shown(v: Option<u32>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_else(|| "unset".into())
 }

@@ -1,0 +1,259 @@
+//! The report: one structure behind the terminal table, JSON, CSV and plots. Key names
+//! follow `vllm bench serve` / `sglang.bench_serving` (docs/report.md). Field order is the
+//! declaration order, so the JSON is byte-stable.
+
+use serde::Serialize;
+
+use crate::harness::LevelResult;
+use crate::metrics::LevelMetrics;
+use crate::spec::{Algorithm, Experiment, HardwareRef, ReferencePoint};
+
+pub const REPORT_FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub format_version: u32,
+    pub experiment: ExperimentSummary,
+    pub backend: BackendSummary,
+    pub levels: Vec<LevelMetrics>,
+    pub saturation_output_throughput: f64,
+    pub saturation_concurrency: u32,
+    pub reference: Option<ReferenceComparison>,
+    /// Things the reader must know: extrapolated op-table lookups, unsupported settings.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ExperimentSummary {
+    pub name: String,
+    pub variant: Option<String>,
+    pub description: String,
+    pub seed: u64,
+    pub model: String,
+    pub draft: Option<String>,
+    pub hardware: String,
+    pub tp_size: u32,
+    pub max_running_requests: u32,
+    pub cuda_graph_max_bs: u32,
+    pub speculative: SpeculativeSummary,
+    pub max_tokens: u32,
+    pub input_len: [u32; 2],
+    pub concurrency: Vec<u32>,
+    pub requests_per_level: u32,
+    pub warmup_requests: u32,
+    pub assumptions: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SpeculativeSummary {
+    pub algorithm: String,
+    pub num_steps: u32,
+    pub eagle_topk: u32,
+    pub num_draft_tokens: u32,
+    pub spec_v2: bool,
+    pub disable_batch_threshold: Option<u32>,
+    pub verify: String,
+    pub unsupported: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendSummary {
+    pub name: String,
+    pub description: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReferenceComparison {
+    pub source: String,
+    pub note: Option<String>,
+    pub points: Vec<ReferenceResult>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReferenceResult {
+    pub label: String,
+    pub metric: String,
+    pub concurrency: Option<u32>,
+    pub reference: f64,
+    pub approximate: bool,
+    /// None when the run has no such level.
+    pub predicted: Option<f64>,
+    pub error_pct: Option<f64>,
+}
+
+/// Rounds for presentation; the rounding is part of the stable format.
+pub fn round_to(x: f64, decimals: i32) -> f64 {
+    let scale = 10f64.powi(decimals);
+    let r = (x * scale).round() / scale;
+    if r == 0.0 {
+        0.0
+    } else {
+        r
+    }
+}
+
+fn rounded(m: &LevelMetrics) -> LevelMetrics {
+    let r3 = |x: f64| round_to(x, 3);
+    LevelMetrics {
+        duration_s: round_to(m.duration_s, 6),
+        request_throughput: round_to(m.request_throughput, 4),
+        input_throughput: r3(m.input_throughput),
+        output_throughput: r3(m.output_throughput),
+        per_request_output_throughput: r3(m.per_request_output_throughput),
+        accept_length: m.accept_length.map(|a| round_to(a, 4)),
+        mean_ttft_ms: r3(m.mean_ttft_ms),
+        median_ttft_ms: r3(m.median_ttft_ms),
+        p99_ttft_ms: r3(m.p99_ttft_ms),
+        mean_tpot_ms: r3(m.mean_tpot_ms),
+        median_tpot_ms: r3(m.median_tpot_ms),
+        p99_tpot_ms: r3(m.p99_tpot_ms),
+        mean_itl_ms: r3(m.mean_itl_ms),
+        median_itl_ms: r3(m.median_itl_ms),
+        p99_itl_ms: r3(m.p99_itl_ms),
+        mean_e2e_latency_ms: r3(m.mean_e2e_latency_ms),
+        median_e2e_latency_ms: r3(m.median_e2e_latency_ms),
+        p99_e2e_latency_ms: r3(m.p99_e2e_latency_ms),
+        ..m.clone()
+    }
+}
+
+pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> ExperimentSummary {
+    let s = &exp.spec;
+    ExperimentSummary {
+        name: exp.file.name.clone(),
+        variant: variant.map(str::to_string),
+        description: exp.file.description.clone(),
+        seed: exp.file.seed,
+        model: exp.model.name.clone(),
+        draft: exp.draft.as_ref().map(|d| d.name.clone()),
+        hardware: match &exp.hardware {
+            HardwareRef::Preset(p) => p.clone(),
+            HardwareRef::Profile(p) => p.display().to_string(),
+        },
+        tp_size: exp.tp_size,
+        max_running_requests: exp.max_running_requests,
+        cuda_graph_max_bs: exp.cuda_graph_max_bs,
+        speculative: SpeculativeSummary {
+            algorithm: match s.algorithm {
+                Algorithm::None => "none".into(),
+                Algorithm::Eagle3 => "EAGLE3".into(),
+            },
+            num_steps: s.num_steps,
+            eagle_topk: s.eagle_topk,
+            num_draft_tokens: s.num_draft_tokens,
+            spec_v2: s.spec_v2,
+            disable_batch_threshold: s.disable_batch_threshold,
+            verify: serde_json::to_value(s.verify)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            unsupported: s.unsupported.clone(),
+        },
+        max_tokens: exp.max_tokens,
+        input_len: [exp.input_len.0, exp.input_len.1],
+        concurrency: exp.concurrency.clone(),
+        requests_per_level: exp.requests_per_level,
+        warmup_requests: exp.warmup_requests,
+        assumptions: exp.file.assumptions.clone(),
+        notes: exp.notes.clone(),
+    }
+}
+
+/// Builds the report; reference points are compared here and only here.
+pub fn build_report(
+    exp: &Experiment,
+    variant: Option<&str>,
+    backend: BackendSummary,
+    levels: &[LevelResult],
+    warnings: Vec<String>,
+) -> Report {
+    let metrics: Vec<LevelMetrics> = levels.iter().map(|l| rounded(&l.metrics)).collect();
+    let (saturation_concurrency, saturation_output_throughput) = metrics
+        .iter()
+        .map(|m| (m.concurrency, m.output_throughput))
+        .fold((0, 0.0), |best, x| if x.1 > best.1 { x } else { best });
+    let reference = exp.file.reference.as_ref().map(|r| ReferenceComparison {
+        source: r.source.clone(),
+        note: r.note.clone(),
+        points: r
+            .points
+            .iter()
+            .filter(|p| p.variant.is_none() || p.variant.as_deref() == variant)
+            .map(|p| compare_point(p, &metrics, saturation_output_throughput))
+            .collect(),
+    });
+    let mut warnings = warnings;
+    warnings.extend(exp.spec.unsupported.iter().map(|u| format!("unsupported by SGLang: {u}")));
+    Report {
+        format_version: REPORT_FORMAT_VERSION,
+        experiment: summarize_experiment(exp, variant),
+        backend,
+        levels: metrics,
+        saturation_output_throughput,
+        saturation_concurrency,
+        reference,
+        warnings,
+    }
+}
+
+fn compare_point(p: &ReferencePoint, levels: &[LevelMetrics], saturation: f64) -> ReferenceResult {
+    let predicted = match (p.metric.as_str(), p.concurrency) {
+        ("saturation_output_throughput", _) => Some(saturation),
+        (metric, Some(c)) => levels
+            .iter()
+            .find(|m| m.concurrency == c)
+            .and_then(|m| level_metric(m, metric)),
+        _ => None,
+    };
+    let error_pct = predicted.map(|v| round_to((v - p.value) / p.value * 100.0, 2));
+    ReferenceResult {
+        label: p.label.clone().unwrap_or_else(|| match p.concurrency {
+            Some(c) => format!("{} at C={c}", p.metric),
+            None => p.metric.clone(),
+        }),
+        metric: p.metric.clone(),
+        concurrency: p.concurrency,
+        reference: p.value,
+        approximate: p.approximate,
+        predicted,
+        error_pct,
+    }
+}
+
+/// The metrics a reference point may name.
+pub fn level_metric(m: &LevelMetrics, name: &str) -> Option<f64> {
+    Some(match name {
+        "output_throughput" => m.output_throughput,
+        "per_request_output_throughput" => m.per_request_output_throughput,
+        "accept_length" => return m.accept_length,
+        "mean_ttft_ms" => m.mean_ttft_ms,
+        "median_ttft_ms" => m.median_ttft_ms,
+        "mean_tpot_ms" => m.mean_tpot_ms,
+        "median_tpot_ms" => m.median_tpot_ms,
+        "median_itl_ms" => m.median_itl_ms,
+        "median_e2e_latency_ms" => m.median_e2e_latency_ms,
+        _ => return None,
+    })
+}
+
+pub const REFERENCE_METRICS: &[&str] = &[
+    "saturation_output_throughput",
+    "output_throughput",
+    "per_request_output_throughput",
+    "accept_length",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "median_itl_ms",
+    "median_e2e_latency_ms",
+];
+
+/// A sweep file's report: one report per variant.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepReport {
+    pub format_version: u32,
+    pub experiment: String,
+    pub variants: Vec<Report>,
+}

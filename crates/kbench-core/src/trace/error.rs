@@ -1,0 +1,64 @@
+//! Everything that can go wrong reading, writing or replaying a trace; each variant
+//! names the file (or the setting) and what is wrong.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("cannot read trace {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write trace {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a kbench trace: starts with {found}, expected the binary magic \"KBTRACE\\0\" or a JSONL header line")]
+    BadMagic { path: PathBuf, found: String },
+    #[error("{path}: trace format version {version} is not supported (this kbench reads version {supported})")]
+    UnsupportedVersion {
+        path: PathBuf,
+        version: u64,
+        supported: u32,
+    },
+    #[error(
+        "{path}: truncated: {what} needs {needed} bytes at offset {offset}, the file has {len}"
+    )]
+    Truncated {
+        path: PathBuf,
+        what: String,
+        offset: usize,
+        needed: usize,
+        len: usize,
+    },
+    #[error("{path}: checksum mismatch: stored {stored:#018x}, computed {computed:#018x} (the file is corrupt)")]
+    Checksum {
+        path: PathBuf,
+        stored: u64,
+        computed: u64,
+    },
+    #[error("{path}: {extra} unexpected bytes after the checksum")]
+    TrailingBytes { path: PathBuf, extra: usize },
+    #[error("{path}: bad header: {message}")]
+    Header { path: PathBuf, message: String },
+    #[error("{path}:{line}: {message}")]
+    Line {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{path}: sequence {sequence}: {message}")]
+    Sequence {
+        path: PathBuf,
+        sequence: usize,
+        message: String,
+    },
+    #[error("trace replay: {message}")]
+    Config { message: String },
+    #[error("synthetic trace parameters: {message}")]
+    Synth { message: String },
+}

@@ -1,0 +1,303 @@
+//! Trace replay: how many tokens a round commits at a recorded position.
+//!
+//! Chains (topk 1) replay exactly: the round commits 1 + the number of leading depths
+//! whose target token was the draft's top-1. Trees rebuild SGLang's selection with
+//! tokens named by their rank: everything on the target's path and its siblings is
+//! recorded; the draft distributions below off-path nodes are not, and [`OffPath`]
+//! says what stands in for them (docs/tree-replay.md bounds the error).
+
+use std::sync::Arc;
+
+use super::{Trace, TraceError};
+use crate::acceptance::AcceptanceModel;
+use crate::seed::derive_seed;
+use crate::spec::SpecConfig;
+use crate::tree::{DraftTree, TreeBuilder, TreeShape};
+use crate::verify::verify_greedy;
+
+/// Stand-in for the unrecorded draft distributions after an off-path token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OffPath {
+    /// The on-path distribution recorded at the same position and depth (the default).
+    #[default]
+    Proxy,
+    /// Probability 0: off-path subtrees never compete (an upper bound on commits).
+    Optimistic,
+    /// The j-th child gets 1/(j+1), the most any sorted distribution can give it
+    /// (a lower bound on commits).
+    Pessimistic,
+}
+
+/// Token id the target's choice gets when it is outside the drafted top-k: no tree
+/// token (ranks are 0..topk) equals it.
+const MISS: u32 = u32::MAX;
+
+/// The shape clamped to what the trace recorded (num_steps <= D, topk <= K), so replay
+/// never reads past a record; callers that must refuse instead use
+/// `TraceAcceptance::check`.
+fn fit(trace: &Trace, shape: &TreeShape) -> Option<TreeShape> {
+    let steps = shape.num_steps.min(trace.depth());
+    let topk = shape.topk.min(trace.topk());
+    let candidates = topk + (steps.max(1) - 1) * topk * topk;
+    TreeShape::new(steps, topk, shape.num_draft_tokens.min(candidates + 1)).ok()
+}
+
+/// Tokens committed (1..=num_steps+1) by a round starting at `position` (wrapped
+/// around the sequence) of sequence `sequence` (which must exist). A shape beyond the
+/// recording is clamped to it.
+pub fn replay_commit(
+    trace: &Trace,
+    sequence: usize,
+    position: usize,
+    shape: &TreeShape,
+    off_path: OffPath,
+) -> u32 {
+    let Some(shape) = &fit(trace, shape) else {
+        return 1;
+    };
+    let len = trace.positions(sequence);
+    let pos = position % len;
+    if shape.topk == 1 {
+        let drafted = shape.num_steps.min(shape.num_draft_tokens - 1) as usize;
+        let lead = (0..drafted)
+            .take_while(|&d| trace.rank(sequence, pos, d) == 0)
+            .count();
+        return 1 + lead as u32;
+    }
+    match build_replay_tree(trace, sequence, pos, shape, off_path) {
+        Some(tree) => 1 + target_path_depth(trace, sequence, pos, &tree),
+        None => 1,
+    }
+}
+
+/// Reference for tests: the same round through the generic tree builder and greedy
+/// verification, with the target's argmax at every node, for chains and trees alike.
+pub fn replay_commit_reference(
+    trace: &Trace,
+    sequence: usize,
+    position: usize,
+    shape: &TreeShape,
+    off_path: OffPath,
+) -> u32 {
+    let Some(shape) = &fit(trace, shape) else {
+        return 1;
+    };
+    let pos = position % trace.positions(sequence);
+    let Some(tree) = build_replay_tree(trace, sequence, pos, shape, off_path) else {
+        return 1;
+    };
+    let argmax: Vec<u32> = (0..tree.len())
+        .map(|i| {
+            let path = tree.path_to(i);
+            let depth = path.len() - 1;
+            let on_path = path
+                .iter()
+                .skip(1)
+                .enumerate()
+                .all(|(d, &n)| u32::from(trace.rank(sequence, pos, d)) == tree.nodes[n].token);
+            if !on_path || depth >= trace.depth() as usize {
+                // Off the target's path the walk never arrives; past the recorded depth
+                // the bonus token is all that is left.
+                return MISS;
+            }
+            let r = u32::from(trace.rank(sequence, pos, depth));
+            if r < shape.topk {
+                r
+            } else {
+                MISS
+            }
+        })
+        .collect();
+    verify_greedy(&tree, &argmax)
+        .map(|o| o.accept_length())
+        .unwrap_or(1)
+}
+
+fn build_replay_tree(
+    trace: &Trace,
+    sequence: usize,
+    pos: usize,
+    shape: &TreeShape,
+    off_path: OffPath,
+) -> Option<DraftTree> {
+    let k = shape.topk as usize;
+    let enc = trace.header.prob_encoding;
+    let recorded = |depth: usize| -> Vec<(u32, f32)> {
+        trace.prob_codes(sequence, pos, depth)[..k]
+            .iter()
+            .enumerate()
+            .map(|(j, &c)| (j as u32, enc.decode(c)))
+            .collect()
+    };
+    let unrecorded_at = |depth: usize| -> Vec<(u32, f32)> {
+        match off_path {
+            OffPath::Proxy => recorded(depth),
+            OffPath::Optimistic => (0..k).map(|j| (j as u32, 0.0)).collect(),
+            OffPath::Pessimistic => (0..k).map(|j| (j as u32, 1.0 / (j as f32 + 1.0))).collect(),
+        }
+    };
+    let mut b = TreeBuilder::new(*shape, 0).ok()?;
+    b.first_step(&recorded(0)).ok()?;
+    // Whether each candidate lies on the target's path, extended step by step (a
+    // candidate is on it when its parent is and its rank-token is the target's rank).
+    let mut on_path: Vec<bool> = Vec::with_capacity(shape.num_candidates());
+    for step in 1..shape.num_steps as usize {
+        for c in &b.candidates()[on_path.len()..] {
+            let parent_on = c.parent.is_none_or(|p| on_path[p]);
+            let depth = c.depth as usize - 1;
+            on_path.push(parent_on && u32::from(trace.rank(sequence, pos, depth)) == c.token);
+        }
+        let (rec, off) = (recorded(step), unrecorded_at(step));
+        let lists: Vec<Vec<(u32, f32)>> = b
+            .beams()
+            .iter()
+            .map(|beam| {
+                if on_path[beam.candidate] {
+                    rec.clone()
+                } else {
+                    off.clone()
+                }
+            })
+            .collect();
+        b.expand(&lists).ok()?;
+    }
+    b.finish().ok()
+}
+
+/// How deep the target's own path runs in the tree.
+fn target_path_depth(trace: &Trace, sequence: usize, pos: usize, tree: &DraftTree) -> u32 {
+    let mut cur = 0;
+    let mut depth = 0;
+    // Children are listed after their parent, so one forward scan finds each level.
+    for (i, n) in tree.nodes.iter().enumerate().skip(1) {
+        if n.parent == Some(cur) && depth < trace.depth() as usize {
+            let r = u32::from(trace.rank(sequence, pos, depth));
+            if n.token == r {
+                cur = i;
+                depth += 1;
+            }
+        }
+    }
+    depth as u32
+}
+
+/// A trace as the simulator's acceptance source.
+#[derive(Debug, Clone)]
+pub struct TraceAcceptance {
+    trace: Arc<Trace>,
+    seed: u64,
+    off_path: OffPath,
+}
+
+impl TraceAcceptance {
+    /// `seed` is the experiment seed: it picks each request's sequence.
+    pub fn new(trace: Arc<Trace>, seed: u64) -> Result<TraceAcceptance, TraceError> {
+        if trace.sequences.is_empty() {
+            return Err(TraceError::Config {
+                message: "the trace has no sequences".into(),
+            });
+        }
+        Ok(TraceAcceptance {
+            trace,
+            seed,
+            off_path: OffPath::Proxy,
+        })
+    }
+
+    /// `new` followed by `check(spec)`.
+    pub fn for_spec(
+        trace: Arc<Trace>,
+        seed: u64,
+        spec: &SpecConfig,
+    ) -> Result<TraceAcceptance, TraceError> {
+        let t = TraceAcceptance::new(trace, seed)?;
+        t.check(spec)?;
+        Ok(t)
+    }
+
+    pub fn with_off_path(mut self, off_path: OffPath) -> TraceAcceptance {
+        self.off_path = off_path;
+        self
+    }
+
+    pub fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    /// Whether the trace recorded enough to replay `spec`; callers check before a run.
+    pub fn check(&self, spec: &SpecConfig) -> Result<(), TraceError> {
+        if !spec.is_speculative() {
+            return Ok(());
+        }
+        let h = &self.trace.header;
+        if spec.num_steps > h.depth {
+            return Err(TraceError::Config {
+                message: format!(
+                    "num_steps = {} but the trace recorded depth {} ({}); use num_steps <= {}",
+                    spec.num_steps, h.depth, h.provenance.dataset, h.depth
+                ),
+            });
+        }
+        if spec.eagle_topk > h.topk {
+            return Err(TraceError::Config {
+                message: format!(
+                    "eagle_topk = {} but the trace recorded the draft's top-{} ({}); use eagle_topk <= {}",
+                    spec.eagle_topk, h.topk, h.provenance.dataset, h.topk
+                ),
+            });
+        }
+        TreeShape::new(spec.num_steps, spec.eagle_topk, spec.num_draft_tokens)
+            .map(|_| ())
+            .map_err(|e| TraceError::Config {
+                message: e.to_string(),
+            })
+    }
+
+    /// The sequence a request replays: a pure function of (seed, request id).
+    pub fn sequence_for(&self, request_id: u64) -> usize {
+        (derive_seed(self.seed, "trace", request_id) % self.trace.sequences.len() as u64) as usize
+    }
+}
+
+impl AcceptanceModel for TraceAcceptance {
+    /// A spec that `check` would reject is clamped to the recorded depth and topk rather
+    /// than failing mid-run.
+    fn round_commit(&self, request_id: u64, position: u32, spec: &SpecConfig) -> u32 {
+        if !spec.is_speculative() {
+            return 1;
+        }
+        // replay_commit clamps what `check` would have refused.
+        let shape = TreeShape {
+            num_steps: spec.num_steps,
+            topk: spec.eagle_topk,
+            num_draft_tokens: spec.num_draft_tokens,
+        };
+        replay_commit(
+            &self.trace,
+            self.sequence_for(request_id),
+            position as usize,
+            &shape,
+            self.off_path,
+        )
+    }
+
+    fn describe(&self) -> String {
+        let h = &self.trace.header;
+        let p = &h.provenance;
+        format!(
+            "{} trace `{}` ({}; target {}, draft {}; {} sequences, depth {}, top-{})",
+            match p.kind {
+                super::TraceKind::Synthetic => "synthetic",
+                super::TraceKind::Engine => "engine-recorded",
+                super::TraceKind::Imported => "imported",
+            },
+            p.generator,
+            p.dataset,
+            p.target,
+            p.draft,
+            self.trace.sequences.len(),
+            h.depth,
+            h.topk
+        )
+    }
+}

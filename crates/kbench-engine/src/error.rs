@@ -1,0 +1,56 @@
+//! Engine errors. Bad input (files, shapes, dtypes, configs) is always an error, never a panic.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Json { path: PathBuf, message: String },
+    #[error(transparent)]
+    Arch(#[from] kbench_core::arch::ArchError),
+    #[error("safetensors file {path} is invalid (truncated or corrupt?): {message}")]
+    Safetensors { path: PathBuf, message: String },
+    #[error("tensor `{name}` is missing from the checkpoint in {dir}")]
+    MissingTensor { name: String, dir: PathBuf },
+    #[error("tensor `{name}` has shape {got:?}, expected {expected:?}")]
+    Shape {
+        name: String,
+        expected: Vec<usize>,
+        got: Vec<usize>,
+    },
+    #[error("tensor `{name}` has dtype {got}, expected {expected}")]
+    Dtype {
+        name: String,
+        expected: String,
+        got: String,
+    },
+    #[error("model config and weights disagree: {0}")]
+    ConfigMismatch(String),
+    #[error("unsupported model: {0}")]
+    Unsupported(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("{0}")]
+    Device(String),
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Tree(#[from] kbench_core::tree::TreeError),
+    #[error(transparent)]
+    Verify(#[from] kbench_core::verify::VerifyError),
+    #[error(transparent)]
+    Trace(#[from] kbench_core::trace::TraceError),
+}
+
+pub type Result<T> = std::result::Result<T, EngineError>;
+
+pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> EngineError {
+    let path = path.into();
+    move |source| EngineError::Io { path, source }
+}

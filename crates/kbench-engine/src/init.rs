@@ -1,0 +1,841 @@
+//! `kbench model init`: seeded random models in the exact on-disk format of the real
+//! checkpoints (kimi_k25 config wrapper, sharded safetensors with an index, compressed-tensors
+//! INT4 routed experts, BF16 elsewhere) plus an EAGLE-3 draft whose agreement with the target
+//! is set by `draft_quality`, and a small WordLevel tokenizer.json.
+//!
+//! Every matrix row is drawn from its own ChaCha stream (`rng_for(seed, tensor name, row)`),
+//! so tensors can be generated row by row and streamed to disk, and the draft can derive its
+//! rows from the target's without holding the target in memory.
+//!
+//! How the draft tracks the target: the target's residual stream is dominated by the token
+//! embedding (its layers add a context-dependent perturbation of relative size
+//! `layer_gain`), so its next token is mostly a function g(current token). The draft's
+//! attention is built to attend to the current position and copy its (normalised) token
+//! embedding into the residual stream, and its lm_head is
+//! `quality * target_lm_head[d2t] + (1 - quality) * noise`: at quality 1 it predicts
+//! g(next token) as the target will, at quality 0 it is unrelated.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use rand::RngExt;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use kbench_core::arch::{DraftArch, ModelArch};
+use kbench_core::seed::rng_for;
+
+use crate::device::Device;
+use crate::draft::Draft;
+use crate::error::{io_err, EngineError, Result};
+use crate::model::Model;
+use crate::quant::quantize_row_into;
+use crate::st::{f32_to_bf16, write_index, Dtype, StreamWriter, TensorPlan, WeightStore};
+use crate::target::Target;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preset {
+    /// Milliseconds per token on a CPU: hidden 64, 4 layers, 8 experts, vocab 256.
+    Tiny,
+    /// Full Kimi-K2.5 width (hidden 7168, 384 experts, vocab 163840) with a few layers.
+    KimiSlice,
+}
+
+impl Preset {
+    pub fn parse(s: &str) -> Result<Preset> {
+        match s {
+            "tiny" => Ok(Preset::Tiny),
+            "kimi-slice" | "kimi_slice" => Ok(Preset::KimiSlice),
+            other => Err(EngineError::Invalid(format!("unknown model preset `{other}` (tiny, kimi-slice)"))),
+        }
+    }
+}
+
+/// Every size a generated model has.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Dims {
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub q_lora_rank: Option<usize>,
+    pub kv_lora_rank: usize,
+    pub nope: usize,
+    pub rope: usize,
+    pub v_head: usize,
+    pub experts: usize,
+    pub experts_per_tok: usize,
+    pub shared_experts: usize,
+    pub moe_inter: usize,
+    pub inter: usize,
+    pub vocab: usize,
+    pub n_group: usize,
+    pub topk_group: usize,
+    pub first_k_dense: usize,
+    pub draft_heads: usize,
+    pub draft_kv_heads: usize,
+    pub draft_head_dim: usize,
+    pub draft_inter: usize,
+    pub draft_vocab: usize,
+    /// Relative size of what the target's layers add to the embedding.
+    pub layer_gain: f32,
+    /// Std of the target's logits (peakedness).
+    pub logit_scale: f32,
+}
+
+impl Dims {
+    pub fn tiny() -> Dims {
+        Dims {
+            hidden: 64,
+            layers: 4,
+            heads: 4,
+            q_lora_rank: Some(32),
+            kv_lora_rank: 32,
+            nope: 16,
+            rope: 8,
+            v_head: 16,
+            experts: 8,
+            experts_per_tok: 2,
+            shared_experts: 1,
+            moe_inter: 32,
+            inter: 96,
+            vocab: 256,
+            n_group: 2,
+            topk_group: 1,
+            first_k_dense: 1,
+            draft_heads: 4,
+            draft_kv_heads: 4,
+            draft_head_dim: 16,
+            draft_inter: 96,
+            draft_vocab: 192,
+            layer_gain: 0.25,
+            logit_scale: 4.0,
+        }
+    }
+
+    pub fn kimi_slice(layers: usize) -> Dims {
+        Dims {
+            hidden: 7168,
+            layers,
+            heads: 64,
+            q_lora_rank: Some(1536),
+            kv_lora_rank: 512,
+            nope: 128,
+            rope: 64,
+            v_head: 128,
+            experts: 384,
+            experts_per_tok: 8,
+            shared_experts: 1,
+            moe_inter: 2048,
+            inter: 18432,
+            vocab: 163840,
+            n_group: 1,
+            topk_group: 1,
+            first_k_dense: 1,
+            draft_heads: 64,
+            draft_kv_heads: 64,
+            draft_head_dim: 128,
+            draft_inter: 18432,
+            draft_vocab: 32000,
+            layer_gain: 0.25,
+            logit_scale: 4.0,
+        }
+    }
+
+    /// Target layers whose outputs the draft captures (SGLang's rule, clamped).
+    pub fn capture_layers(&self) -> Vec<usize> {
+        let n = self.layers;
+        vec![1.min(n - 1), (n / 2).saturating_sub(1), n.saturating_sub(4)]
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(EngineError::Invalid(m));
+        if self.layers == 0 || self.hidden % 32 != 0 || self.moe_inter % 32 != 0 {
+            return bad(format!("hidden ({}) and moe_inter ({}) must be multiples of 32, layers >= 1", self.hidden, self.moe_inter));
+        }
+        if self.experts % self.n_group != 0 || self.topk_group > self.n_group || self.experts_per_tok > self.experts {
+            return bad("router groups do not fit the experts".into());
+        }
+        if self.draft_vocab > self.vocab || self.draft_kv_heads == 0 || self.draft_heads % self.draft_kv_heads != 0 {
+            return bad("draft vocabulary or heads do not fit".into());
+        }
+        if self.rope % 2 != 0 || self.draft_head_dim % 2 != 0 {
+            return bad("rope dims must be even".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InitOptions {
+    pub preset: Preset,
+    pub dims: Dims,
+    pub seed: u64,
+    pub draft_quality: f32,
+}
+
+impl InitOptions {
+    pub fn new(preset: Preset, layers: Option<u32>, seed: u64, draft_quality: f32) -> InitOptions {
+        let mut dims = match preset {
+            Preset::Tiny => Dims::tiny(),
+            Preset::KimiSlice => Dims::kimi_slice(3),
+        };
+        if let Some(l) = layers {
+            dims.layers = l as usize;
+        }
+        InitOptions {
+            preset,
+            dims,
+            seed,
+            draft_quality,
+        }
+    }
+}
+
+/// Writes a model to `out_dir` (config.json, tokenizer.json, sharded safetensors + index)
+/// and its draft to `out_dir/draft`. Streams tensors: memory stays bounded by one matrix.
+pub fn init_model(preset: Preset, layers: Option<u32>, seed: u64, draft_quality: f32, out_dir: &Path) -> Result<()> {
+    init_model_with(&InitOptions::new(preset, layers, seed, draft_quality), out_dir)
+}
+
+pub fn init_model_with(opts: &InitOptions, out_dir: &Path) -> Result<()> {
+    let g = Gen::new(opts)?;
+    let plan = g.plan();
+    std::fs::create_dir_all(out_dir.join("draft")).map_err(io_err(out_dir))?;
+    write_json(&out_dir.join("config.json"), &plan.config)?;
+    write_json(&out_dir.join("tokenizer.json"), &tokenizer_json(g.d.vocab))?;
+    write_json(&out_dir.join("generation_config.json"), &json!({"max_length": 262144, "eos_token_id": 2}))?;
+    write_json(&out_dir.join("kbench_init.json"), &serde_json::to_value(opts).map_err(|e| EngineError::Invalid(e.to_string()))?)?;
+    let shard_jobs: Vec<Vec<Job>> = std::iter::once(g.head_jobs()).chain((0..g.d.layers).map(|l| g.layer_jobs(l))).collect();
+    for ((file, _), jobs) in plan.shards.iter().zip(&shard_jobs) {
+        write_shard(&g, &out_dir.join(file), jobs)?;
+    }
+    write_index(out_dir, &plan.weight_map, plan.total_size)?;
+    let ddir = out_dir.join("draft");
+    write_json(&ddir.join("config.json"), &plan.draft_config)?;
+    write_shard(&g, &ddir.join("model.safetensors"), &g.draft_jobs())?;
+    Ok(())
+}
+
+/// What `init_model` would write, without writing it: configs, shards and their tensors,
+/// the index's weight map and total size.
+#[derive(Debug, Clone)]
+pub struct CheckpointPlan {
+    pub config: Value,
+    pub draft_config: Value,
+    pub shards: Vec<(String, Vec<TensorPlan>)>,
+    pub weight_map: BTreeMap<String, String>,
+    pub total_size: u64,
+    pub draft_tensors: Vec<TensorPlan>,
+}
+
+pub fn plan_checkpoint(opts: &InitOptions) -> Result<CheckpointPlan> {
+    Ok(Gen::new(opts)?.plan())
+}
+
+/// Creates the tiny model (seed 0, draft quality 0.8) in `dir` unless a config.json is
+/// already there. Returns whether it wrote one.
+pub fn ensure_tiny_model(dir: &Path) -> Result<bool> {
+    if dir.join("config.json").exists() && dir.join("draft").join("config.json").exists() {
+        return Ok(false);
+    }
+    init_model(Preset::Tiny, None, 0, 0.8, dir)?;
+    Ok(true)
+}
+
+/// Builds a model in memory (same generator, no disk): for tests and benches.
+pub fn build_model(opts: &InitOptions) -> Result<Model> {
+    let g = Gen::new(opts)?;
+    let cfg = g.config_json();
+    let arch = ModelArch::from_config_value(&cfg, Path::new("<memory>/config.json"))?;
+    let mut tensors = Vec::new();
+    let mut jobs = g.head_jobs();
+    for l in 0..g.d.layers {
+        jobs.extend(g.layer_jobs(l));
+    }
+    collect(&g, &jobs, &mut tensors)?;
+    let ws = WeightStore::from_tensors(tensors);
+    let mut target = Target::load(&arch, &ws)?;
+    let darch = g.draft_arch(&arch);
+    let mut dt = Vec::new();
+    collect(&g, &g.draft_jobs(), &mut dt)?;
+    let dws = WeightStore::from_tensors(dt);
+    let draft = Draft::load(&darch, &dws, &target)?;
+    target.capture_layers = darch.capture_layers.iter().map(|&l| l as usize).collect();
+    Ok(Model {
+        dir: PathBuf::from("<memory>"),
+        target,
+        draft: Some(draft),
+        tokenizer: None,
+        device: Device::Cpu,
+    })
+}
+
+fn write_json(path: &Path, v: &Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(v).map_err(|e| EngineError::Invalid(e.to_string()))?;
+    std::fs::write(path, text).map_err(io_err(path))
+}
+
+fn collect(g: &Gen, jobs: &[Job], out: &mut Vec<(String, Dtype, Vec<usize>, Vec<u8>)>) -> Result<()> {
+    let mut cache = QuantCache::default();
+    for j in jobs {
+        let mut bytes = Vec::with_capacity(j.plan.nbytes());
+        g.produce(j, &mut cache, &mut |b| {
+            bytes.extend_from_slice(b);
+            Ok(())
+        })?;
+        out.push((j.plan.name.clone(), j.plan.dtype, j.plan.shape.clone(), bytes));
+    }
+    Ok(())
+}
+
+fn write_shard(g: &Gen, path: &Path, jobs: &[Job]) -> Result<()> {
+    let mut w = StreamWriter::create(path, jobs.iter().map(|j| j.plan.clone()).collect())?;
+    let mut cache = QuantCache::default();
+    for j in jobs {
+        g.produce(j, &mut cache, &mut |b| w.write(b))?;
+    }
+    w.finish()
+}
+
+/// How a tensor's values are made.
+#[derive(Debug, Clone)]
+enum Fill {
+    /// Uniform with the given std, one ChaCha stream per row.
+    Rand { std: f32 },
+    Const(f32),
+    /// INT4 compressed-tensors part of the matrix `base` ([out, in], std).
+    Int4Packed { base: String, std: f32 },
+    Int4Scale { base: String, std: f32 },
+    Int4Shape,
+    /// Draft tensors built from the target's.
+    DraftLmHead,
+    DraftAttn(AttnPart),
+    D2t,
+    T2d,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum AttnPart {
+    Q,
+    K,
+    V,
+    O,
+}
+
+#[derive(Debug, Clone)]
+struct Job {
+    plan: TensorPlan,
+    fill: Fill,
+}
+
+#[derive(Default)]
+struct QuantCache {
+    key: String,
+    packed: Vec<u32>,
+    scales: Vec<u16>,
+}
+
+struct Gen {
+    d: Dims,
+    seed: u64,
+    quality: f32,
+    prefix: String,
+    /// Target ids of the draft vocabulary, ascending.
+    d2t: Vec<u32>,
+}
+
+fn rand_row(seed: u64, name: &str, row: usize, n: usize, std: f32) -> Vec<f32> {
+    let mut rng = rng_for(seed, name, row as u64);
+    let a = std * 3f32.sqrt();
+    (0..n).map(|_| rng.random_range(-a..a)).collect()
+}
+
+fn plan(name: String, dtype: Dtype, shape: Vec<usize>) -> TensorPlan {
+    TensorPlan { name, dtype, shape }
+}
+
+impl Gen {
+    fn new(opts: &InitOptions) -> Result<Gen> {
+        opts.dims.validate()?;
+        if !(0.0..=1.0).contains(&opts.draft_quality) {
+            return Err(EngineError::Invalid(format!("draft_quality {} is not in [0, 1]", opts.draft_quality)));
+        }
+        let mut g = Gen {
+            d: opts.dims.clone(),
+            seed: opts.seed,
+            quality: opts.draft_quality,
+            prefix: "language_model.".into(),
+            d2t: Vec::new(),
+        };
+        g.d2t = g.choose_draft_vocab();
+        Ok(g)
+    }
+
+    fn plan(&self) -> CheckpointPlan {
+        let mut shard_jobs = vec![self.head_jobs()];
+        for l in 0..self.d.layers {
+            shard_jobs.push(self.layer_jobs(l));
+        }
+        let n = shard_jobs.len();
+        let mut weight_map = BTreeMap::new();
+        let mut total = 0u64;
+        let mut shards = Vec::with_capacity(n);
+        for (i, jobs) in shard_jobs.iter().enumerate() {
+            let file = format!("model-{:05}-of-{:05}.safetensors", i + 1, n);
+            for j in jobs {
+                weight_map.insert(j.plan.name.clone(), file.clone());
+                total += j.plan.nbytes() as u64;
+            }
+            shards.push((file, jobs.iter().map(|j| j.plan.clone()).collect()));
+        }
+        CheckpointPlan {
+            config: self.config_json(),
+            draft_config: self.draft_config_json(),
+            shards,
+            weight_map,
+            total_size: total,
+            draft_tensors: self.draft_jobs().into_iter().map(|j| j.plan).collect(),
+        }
+    }
+
+    fn embed_name(&self) -> String {
+        format!("{}model.embed_tokens.weight", self.prefix)
+    }
+    fn lm_name(&self) -> String {
+        format!("{}lm_head.weight", self.prefix)
+    }
+
+    /// The draft vocabulary: as real d2t maps are built from token frequency, take the
+    /// tokens the target most often predicts after a token (its "bigram" image) first.
+    /// For large vocabularies (kimi-slice) the first ids.
+    fn choose_draft_vocab(&self) -> Vec<u32> {
+        let (v, dv, h) = (self.d.vocab, self.d.draft_vocab, self.d.hidden);
+        if v * h > (1 << 22) {
+            return (0..dv as u32).collect();
+        }
+        let lm: Vec<Vec<f32>> = (0..v).map(|r| rand_row(self.seed, &self.lm_name(), r, h, self.lm_std())).collect();
+        let mut count = vec![0usize; v];
+        for x in 0..v {
+            let mut e = rand_row(self.seed, &self.embed_name(), x, h, 1.0);
+            crate::linalg::rms_norm(&mut e, &vec![1.0; h], 1e-6);
+            let logits: Vec<f32> = lm.iter().map(|r| r.iter().zip(&e).map(|(a, b)| a * b).sum()).collect();
+            count[crate::linalg::argmax(&logits)] += 1;
+        }
+        let mut ids: Vec<usize> = (0..v).collect();
+        ids.sort_by(|a, b| count[*b].cmp(&count[*a]).then(a.cmp(b)));
+        let mut chosen: Vec<u32> = ids[..dv].iter().map(|&i| i as u32).collect();
+        chosen.sort_unstable();
+        chosen
+    }
+
+    fn lm_std(&self) -> f32 {
+        self.d.logit_scale / (self.d.hidden as f32).sqrt()
+    }
+
+    fn config_json(&self) -> Value {
+        let d = &self.d;
+        let text = json!({
+            "architectures": ["DeepseekV3ForCausalLM"],
+            "model_type": "kimi_k2",
+            "vocab_size": d.vocab,
+            "hidden_size": d.hidden,
+            "intermediate_size": d.inter,
+            "moe_intermediate_size": d.moe_inter,
+            "num_hidden_layers": d.layers,
+            "num_nextn_predict_layers": 0,
+            "num_attention_heads": d.heads,
+            "num_key_value_heads": d.heads,
+            "n_shared_experts": d.shared_experts,
+            "n_routed_experts": d.experts,
+            "routed_scaling_factor": 2.827,
+            "kv_lora_rank": d.kv_lora_rank,
+            "q_lora_rank": d.q_lora_rank,
+            "qk_rope_head_dim": d.rope,
+            "v_head_dim": d.v_head,
+            "qk_nope_head_dim": d.nope,
+            "topk_method": "noaux_tc",
+            "n_group": d.n_group,
+            "topk_group": d.topk_group,
+            "num_experts_per_tok": d.experts_per_tok,
+            "moe_layer_freq": 1,
+            "first_k_dense_replace": d.first_k_dense,
+            "norm_topk_prob": true,
+            "scoring_func": "sigmoid",
+            "hidden_act": "silu",
+            "max_position_embeddings": 262144,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 50000.0,
+            "rope_scaling": {
+                "type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096,
+                "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0
+            },
+            "attention_bias": false,
+            "tie_word_embeddings": false,
+            "torch_dtype": "bfloat16",
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "quantization_config": {
+                "config_groups": {"group_0": {
+                    "input_activations": null, "output_activations": null, "targets": ["Linear"],
+                    "weights": {"actorder": null, "block_structure": null, "dynamic": false,
+                        "group_size": 32, "num_bits": 4, "observer": "minmax", "observer_kwargs": {},
+                        "strategy": "group", "symmetric": true, "type": "int"}
+                }},
+                "format": "pack-quantized",
+                "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
+                "kv_cache_scheme": null,
+                "quant_method": "compressed-tensors",
+                "quantization_status": "compressed"
+            }
+        });
+        json!({
+            "architectures": ["KimiK25ForConditionalGeneration"],
+            "model_type": "kimi_k25",
+            "text_config": text,
+            "tie_word_embeddings": false,
+            "kbench_generated": {"seed": self.seed, "draft_quality": self.quality},
+        })
+    }
+
+    fn draft_arch(&self, target: &ModelArch) -> DraftArch {
+        let d = &self.d;
+        DraftArch {
+            name: "draft".into(),
+            hidden_size: d.hidden as u32,
+            num_heads: d.draft_heads as u32,
+            num_kv_heads: d.draft_kv_heads as u32,
+            head_dim: d.draft_head_dim as u32,
+            intermediate_size: d.draft_inter as u32,
+            draft_vocab_size: d.draft_vocab as u32,
+            target_vocab_size: d.vocab as u32,
+            capture_layers: d.capture_layers().iter().map(|&l| l as u32).collect(),
+            rms_norm_eps: 1e-5,
+            rope_theta: target.rope_theta,
+        }
+    }
+
+    fn draft_config_json(&self) -> Value {
+        let d = &self.d;
+        json!({
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            "hidden_size": d.hidden,
+            "num_attention_heads": d.draft_heads,
+            "num_key_value_heads": d.draft_kv_heads,
+            "head_dim": d.draft_head_dim,
+            "intermediate_size": d.draft_inter,
+            "num_hidden_layers": 1,
+            "vocab_size": d.vocab,
+            "draft_vocab_size": d.draft_vocab,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 50000.0,
+            "max_position_embeddings": 262144,
+            "hidden_act": "silu",
+            "tie_word_embeddings": false,
+            "torch_dtype": "bfloat16",
+            "eagle_config": {
+                "eagle_aux_hidden_state_layer_ids": d.capture_layers(),
+                "use_aux_hidden_state": true
+            },
+            "kbench_generated": {"seed": self.seed, "draft_quality": self.quality},
+        })
+    }
+
+    fn head_jobs(&self) -> Vec<Job> {
+        let (v, h) = (self.d.vocab, self.d.hidden);
+        vec![
+            Job { plan: plan(self.embed_name(), Dtype::BF16, vec![v, h]), fill: Fill::Rand { std: 1.0 } },
+            Job { plan: plan(format!("{}model.norm.weight", self.prefix), Dtype::BF16, vec![h]), fill: Fill::Const(1.0) },
+            Job { plan: plan(self.lm_name(), Dtype::BF16, vec![v, h]), fill: Fill::Rand { std: self.lm_std() } },
+        ]
+    }
+
+    fn layer_jobs(&self, l: usize) -> Vec<Job> {
+        let d = &self.d;
+        let h = d.hidden;
+        let gain = d.layer_gain;
+        let lp = format!("{}model.layers.{l}", self.prefix);
+        let a = format!("{lp}.self_attn");
+        let mut jobs = Vec::new();
+        let mut bf = |name: String, shape: Vec<usize>, fill: Fill| {
+            jobs.push(Job { plan: plan(name, Dtype::BF16, shape), fill })
+        };
+        let std_in = |n: usize| 1.0 / (n as f32).sqrt();
+        bf(format!("{lp}.input_layernorm.weight"), vec![h], Fill::Const(1.0));
+        let qd = d.heads * (d.nope + d.rope);
+        match d.q_lora_rank {
+            Some(qr) => {
+                bf(format!("{a}.q_a_proj.weight"), vec![qr, h], Fill::Rand { std: std_in(h) });
+                bf(format!("{a}.q_a_layernorm.weight"), vec![qr], Fill::Const(1.0));
+                bf(format!("{a}.q_b_proj.weight"), vec![qd, qr], Fill::Rand { std: std_in(qr) });
+            }
+            None => bf(format!("{a}.q_proj.weight"), vec![qd, h], Fill::Rand { std: std_in(h) }),
+        }
+        bf(format!("{a}.kv_a_proj_with_mqa.weight"), vec![d.kv_lora_rank + d.rope, h], Fill::Rand { std: std_in(h) });
+        bf(format!("{a}.kv_a_layernorm.weight"), vec![d.kv_lora_rank], Fill::Const(1.0));
+        bf(format!("{a}.kv_b_proj.weight"), vec![d.heads * (d.nope + d.v_head), d.kv_lora_rank], Fill::Rand { std: std_in(d.kv_lora_rank) });
+        bf(format!("{a}.o_proj.weight"), vec![h, d.heads * d.v_head], Fill::Rand { std: gain * std_in(d.heads * d.v_head) });
+        bf(format!("{lp}.post_attention_layernorm.weight"), vec![h], Fill::Const(1.0));
+        let mp = format!("{lp}.mlp");
+        if l < d.first_k_dense {
+            bf(format!("{mp}.gate_proj.weight"), vec![d.inter, h], Fill::Rand { std: std_in(h) });
+            bf(format!("{mp}.up_proj.weight"), vec![d.inter, h], Fill::Rand { std: std_in(h) });
+            bf(format!("{mp}.down_proj.weight"), vec![h, d.inter], Fill::Rand { std: gain * std_in(d.inter) });
+        } else {
+            bf(format!("{mp}.gate.weight"), vec![d.experts, h], Fill::Rand { std: std_in(h) });
+            jobs.push(Job {
+                plan: plan(format!("{mp}.gate.e_score_correction_bias"), Dtype::F32, vec![d.experts]),
+                fill: Fill::Rand { std: 0.05 },
+            });
+            for e in 0..d.experts {
+                let ep = format!("{mp}.experts.{e}");
+                for (proj, out, inp, std) in [
+                    ("gate_proj", d.moe_inter, h, std_in(h)),
+                    ("up_proj", d.moe_inter, h, std_in(h)),
+                    ("down_proj", h, d.moe_inter, gain * std_in(d.moe_inter) / 2.827),
+                ] {
+                    let base = format!("{ep}.{proj}");
+                    jobs.push(Job {
+                        plan: plan(format!("{base}.weight_packed"), Dtype::I32, vec![out, inp / 8]),
+                        fill: Fill::Int4Packed { base: base.clone(), std },
+                    });
+                    jobs.push(Job {
+                        plan: plan(format!("{base}.weight_scale"), Dtype::BF16, vec![out, inp / 32]),
+                        fill: Fill::Int4Scale { base: base.clone(), std },
+                    });
+                    jobs.push(Job {
+                        plan: plan(format!("{base}.weight_shape"), Dtype::I32, vec![2]),
+                        fill: Fill::Int4Shape,
+                    });
+                }
+            }
+            if d.shared_experts > 0 {
+                let si = d.moe_inter * d.shared_experts;
+                let sp = format!("{mp}.shared_experts");
+                let mut bf = |name: String, shape: Vec<usize>, fill: Fill| {
+                    jobs.push(Job { plan: plan(name, Dtype::BF16, shape), fill })
+                };
+                bf(format!("{sp}.gate_proj.weight"), vec![si, h], Fill::Rand { std: std_in(h) });
+                bf(format!("{sp}.up_proj.weight"), vec![si, h], Fill::Rand { std: std_in(h) });
+                bf(format!("{sp}.down_proj.weight"), vec![h, si], Fill::Rand { std: gain * std_in(si) });
+            }
+        }
+        jobs
+    }
+
+    fn draft_jobs(&self) -> Vec<Job> {
+        let d = &self.d;
+        let h = d.hidden;
+        let (nh, nkv, hd) = (d.draft_heads, d.draft_kv_heads, d.draft_head_dim);
+        let q = self.quality;
+        let std_in = |n: usize| 1.0 / (n as f32).sqrt();
+        let bf = |name: &str, shape: Vec<usize>, fill: Fill| Job { plan: plan(name.into(), Dtype::BF16, shape), fill };
+        vec![
+            bf("fc.weight", vec![h, 3 * h], Fill::Rand { std: 0.1 * std_in(3 * h) }),
+            bf("midlayer.input_layernorm.weight", vec![h], Fill::Const(1.0)),
+            bf("midlayer.hidden_norm.weight", vec![h], Fill::Const(1.0)),
+            bf("midlayer.self_attn.q_proj.weight", vec![nh * hd, 2 * h], Fill::DraftAttn(AttnPart::Q)),
+            bf("midlayer.self_attn.k_proj.weight", vec![nkv * hd, 2 * h], Fill::DraftAttn(AttnPart::K)),
+            bf("midlayer.self_attn.v_proj.weight", vec![nkv * hd, 2 * h], Fill::DraftAttn(AttnPart::V)),
+            bf("midlayer.self_attn.o_proj.weight", vec![h, nh * hd], Fill::DraftAttn(AttnPart::O)),
+            bf("midlayer.post_attention_layernorm.weight", vec![h], Fill::Const(1.0)),
+            bf("midlayer.mlp.gate_proj.weight", vec![d.draft_inter, h], Fill::Rand { std: std_in(h) }),
+            bf("midlayer.mlp.up_proj.weight", vec![d.draft_inter, h], Fill::Rand { std: std_in(h) }),
+            bf("midlayer.mlp.down_proj.weight", vec![h, d.draft_inter], Fill::Rand { std: 0.05 * std_in(d.draft_inter) }),
+            bf("norm.weight", vec![h], Fill::Const(1.0)),
+            Job {
+                plan: plan("lm_head.weight".into(), Dtype::BF16, vec![d.draft_vocab, h]),
+                fill: if q > 0.0 { Fill::DraftLmHead } else { Fill::Rand { std: self.lm_std() } },
+            },
+            Job { plan: plan("d2t".into(), Dtype::I64, vec![d.draft_vocab]), fill: Fill::D2t },
+            Job { plan: plan("t2d".into(), Dtype::BOOL, vec![d.vocab]), fill: Fill::T2d },
+        ]
+    }
+
+    /// One row of a float tensor.
+    fn float_row(&self, job: &Job, row: usize) -> Vec<f32> {
+        let name = &job.plan.name;
+        let cols = if job.plan.shape.len() >= 2 { job.plan.shape[1] } else { job.plan.shape[0] };
+        match &job.fill {
+            Fill::Rand { std } => rand_row(self.seed, name, row, cols, *std),
+            Fill::Const(c) => vec![*c; cols],
+            Fill::DraftLmHead => {
+                let t = rand_row(self.seed, &self.lm_name(), self.d2t[row] as usize, cols, self.lm_std());
+                let noise = rand_row(self.seed, name, row, cols, self.lm_std());
+                let q = self.quality;
+                t.iter().zip(&noise).map(|(a, b)| q * a + (1.0 - q) * b).collect()
+            }
+            Fill::DraftAttn(part) => self.draft_attn_row(*part, row, cols),
+            _ => vec![0.0; cols],
+        }
+    }
+
+    /// Draft attention that attends to the current position and copies its normalised
+    /// token embedding: q = k = c * [I | 0] on the embedding half, v = [I | 0], o = I.
+    fn draft_attn_row(&self, part: AttnPart, row: usize, cols: usize) -> Vec<f32> {
+        let h = self.d.hidden;
+        let (nh, nkv, hd) = (self.d.draft_heads, self.d.draft_kv_heads, self.d.draft_head_dim);
+        let mut v = vec![0f32; cols];
+        let sharp = 3.0f32;
+        match part {
+            AttnPart::Q => {
+                // Query head qh reads the dims its KV head reads.
+                let (qh, x) = (row / hd, row % hd);
+                let kh = qh / (nh / nkv);
+                let dim = kh * hd + x;
+                if dim < h {
+                    v[dim] = sharp;
+                }
+            }
+            AttnPart::K => {
+                if row < h {
+                    v[row] = sharp;
+                }
+            }
+            AttnPart::V => {
+                if row < h {
+                    v[row] = 1.0;
+                }
+            }
+            AttnPart::O => {
+                // Output dim `row` sums the query heads that carry KV dim `row`.
+                let group = nh / nkv;
+                if row < nkv * hd {
+                    let (kh, x) = (row / hd, row % hd);
+                    for g in 0..group {
+                        let qh = kh * group + g;
+                        v[qh * hd + x] = 1.0 / group as f32;
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    fn produce(&self, job: &Job, cache: &mut QuantCache, sink: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        let shape = &job.plan.shape;
+        match &job.fill {
+            Fill::Int4Packed { base, std } | Fill::Int4Scale { base, std } => {
+                if cache.key != *base {
+                    let (out, inp) = match &job.fill {
+                        Fill::Int4Packed { .. } => (shape[0], shape[1] * 8),
+                        _ => (shape[0], shape[1] * 32),
+                    };
+                    cache.packed = vec![0; out * inp / 8];
+                    cache.scales = vec![0; out * inp / 32];
+                    for r in 0..out {
+                        let row = rand_row(self.seed, base, r, inp, *std);
+                        quantize_row_into(
+                            &row,
+                            32,
+                            &mut cache.packed[r * inp / 8..(r + 1) * inp / 8],
+                            &mut cache.scales[r * inp / 32..(r + 1) * inp / 32],
+                        );
+                    }
+                    cache.key = base.clone();
+                }
+                let bytes: Vec<u8> = match &job.fill {
+                    Fill::Int4Packed { .. } => cache.packed.iter().flat_map(|w| w.to_le_bytes()).collect(),
+                    _ => cache.scales.iter().flat_map(|w| w.to_le_bytes()).collect(),
+                };
+                sink(&bytes)
+            }
+            Fill::Int4Shape => {
+                // The matrix shape: recovered from the packed tensor's name (same prefix).
+                let base = job.plan.name.trim_end_matches(".weight_shape");
+                let (out, inp) = self.expert_shape(base);
+                let mut b = Vec::new();
+                b.extend((out as i32).to_le_bytes());
+                b.extend((inp as i32).to_le_bytes());
+                sink(&b)
+            }
+            Fill::D2t => {
+                let b: Vec<u8> = self
+                    .d2t
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, &t)| (t as i64 - i as i64).to_le_bytes())
+                    .collect();
+                sink(&b)
+            }
+            Fill::T2d => {
+                let mut b = vec![0u8; self.d.vocab];
+                for &t in &self.d2t {
+                    b[t as usize] = 1;
+                }
+                sink(&b)
+            }
+            _ => {
+                let rows = if shape.len() >= 2 { shape[0] } else { 1 };
+                for r in 0..rows {
+                    let row = self.float_row(job, r);
+                    let b: Vec<u8> = match job.plan.dtype {
+                        Dtype::F32 => row.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                        _ => row.iter().flat_map(|&x| f32_to_bf16(x).to_le_bytes()).collect(),
+                    };
+                    sink(&b)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn expert_shape(&self, base: &str) -> (usize, usize) {
+        if base.ends_with("down_proj") {
+            (self.d.hidden, self.d.moe_inter)
+        } else {
+            (self.d.moe_inter, self.d.hidden)
+        }
+    }
+}
+
+/// A WordLevel tokenizer.json over `vocab` pronounceable words (`<unk>`, `<s>`, `</s>` first).
+pub fn tokenizer_json(vocab: usize) -> Value {
+    let mut map = serde_json::Map::new();
+    let specials = ["<unk>", "<s>", "</s>"];
+    for (i, s) in specials.iter().enumerate().take(vocab) {
+        map.insert((*s).into(), json!(i));
+    }
+    for i in specials.len()..vocab {
+        map.insert(word(i), json!(i));
+    }
+    let added: Vec<Value> = specials
+        .iter()
+        .enumerate()
+        .take(vocab)
+        .map(|(i, s)| {
+            json!({"id": i, "content": s, "single_word": false, "lstrip": false, "rstrip": false,
+                   "normalized": false, "special": true})
+        })
+        .collect();
+    json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": map, "unk_token": "<unk>"}
+    })
+}
+
+/// Word for token id `i`: syllables in base 70, unique per id.
+pub fn word(i: usize) -> String {
+    const C: &[u8] = b"bdfgklmnprstvz";
+    const V: &[u8] = b"aeiou";
+    let mut n = i;
+    let mut s = String::new();
+    loop {
+        let syl = n % 70;
+        s.push(C[syl / 5] as char);
+        s.push(V[syl % 5] as char);
+        n /= 70;
+        if n == 0 {
+            break;
+        }
+    }
+    s
+}

@@ -1,0 +1,227 @@
+//! CPU kernels: y = x W^T over BF16 and INT4 group-quantised weights with f32 math.
+//!
+//! Every output element is computed by the same sequence of f32 operations whatever the
+//! batch size M, the thread count or the instruction set (Rust never contracts a*b+c
+//! into an FMA on its own): batching never changes a request's numbers, and a token's
+//! logits are bit-identical in a prefill, a decode step or a tree-verify pass.
+
+use rayon::prelude::*;
+
+use crate::st::{bf16_to_f32, Slice};
+
+/// Weights of one linear layer, `[out, in]` row-major.
+#[derive(Debug, Clone)]
+pub enum Weight {
+    Bf16(Slice<u16>),
+    /// compressed-tensors INT4: packed `[out, in/8]` words, BF16 scales `[out, in/group]`.
+    Int4 {
+        packed: Slice<u32>,
+        scales: Slice<u16>,
+        group: usize,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Linear {
+    pub out: usize,
+    pub inp: usize,
+    pub w: Weight,
+}
+
+/// Below this many weights a matmul runs on the calling thread.
+const PAR_THRESHOLD: usize = 1 << 18;
+/// Rows per parallel task.
+const ROWS_PER_TASK: usize = 16;
+
+impl Linear {
+    pub fn bf16(out: usize, inp: usize, w: Slice<u16>) -> Linear {
+        Linear { out, inp, w: Weight::Bf16(w) }
+    }
+
+    /// Weight bytes read by one pass over the matrix.
+    pub fn bytes(&self) -> usize {
+        match &self.w {
+            Weight::Bf16(_) => self.out * self.inp * 2,
+            Weight::Int4 { group, .. } => self.out * self.inp / 2 + self.out * self.inp / group * 2,
+        }
+    }
+
+    /// `x` is `[m, in]`; returns `[m, out]`.
+    pub fn forward(&self, x: &[f32], m: usize) -> Vec<f32> {
+        debug_assert_eq!(x.len(), m * self.inp);
+        let mut yt = vec![0f32; self.out * m];
+        if m == 0 {
+            return yt;
+        }
+        let work = |(chunk_idx, ychunk): (usize, &mut [f32])| {
+            let r0 = chunk_idx * ROWS_PER_TASK;
+            let rows = ychunk.len() / m;
+            rows_kernel(self, x, m, r0, rows, ychunk);
+        };
+        if self.out * self.inp >= PAR_THRESHOLD && rayon::current_num_threads() > 1 {
+            yt.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(work);
+        } else {
+            yt.chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(work);
+        }
+        if m == 1 {
+            return yt;
+        }
+        let mut y = vec![0f32; m * self.out];
+        for r in 0..self.out {
+            for i in 0..m {
+                y[i * self.out + r] = yt[r * m + i];
+            }
+        }
+        y
+    }
+}
+
+fn rows_kernel(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize, yt: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            unsafe { rows_kernel_avx2(lin, x, m, r0, rows, yt) };
+            return;
+        }
+    }
+    rows_kernel_generic(lin, x, m, r0, rows, yt)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn rows_kernel_avx2(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize, yt: &mut [f32]) {
+    rows_kernel_generic(lin, x, m, r0, rows, yt)
+}
+
+#[inline(always)]
+fn rows_kernel_generic(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize, yt: &mut [f32]) {
+    let inp = lin.inp;
+    let mut acc = vec![[0f32; 8]; m];
+    let mut tail = vec![0f32; m];
+    let mut wf = [0f32; 32];
+    let full = inp / 32;
+    for rr in 0..rows {
+        let r = r0 + rr;
+        acc.iter_mut().for_each(|a| *a = [0.0; 8]);
+        tail.iter_mut().for_each(|t| *t = 0.0);
+        match &lin.w {
+            Weight::Bf16(w) => {
+                let row = &w.as_slice()[r * inp..(r + 1) * inp];
+                for b in 0..full {
+                    let src = &row[b * 32..b * 32 + 32];
+                    for i in 0..32 {
+                        wf[i] = bf16_to_f32(src[i]);
+                    }
+                    accumulate(&wf, x, inp, b * 32, &mut acc);
+                }
+                for c in full * 32..inp {
+                    let wv = bf16_to_f32(row[c]);
+                    for (i, t) in tail.iter_mut().enumerate() {
+                        *t += wv * x[i * inp + c];
+                    }
+                }
+            }
+            Weight::Int4 { packed, scales, group } => {
+                let group = *group;
+                let words = &packed.as_slice()[r * inp / 8..(r + 1) * inp / 8];
+                let sc = &scales.as_slice()[r * inp / group..(r + 1) * inp / group];
+                for b in 0..full {
+                    let s = bf16_to_f32(sc[b * 32 / group]);
+                    let wd = &words[b * 4..b * 4 + 4];
+                    for k in 0..4 {
+                        let word = wd[k];
+                        for j in 0..8 {
+                            wf[k * 8 + j] = (((word >> (4 * j)) & 0xF) as i32 - 8) as f32 * s;
+                        }
+                    }
+                    accumulate(&wf, x, inp, b * 32, &mut acc);
+                }
+            }
+        }
+        for i in 0..m {
+            let a = &acc[i];
+            yt[rr * m + i] = (((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))) + tail[i];
+        }
+    }
+}
+
+#[inline(always)]
+fn accumulate(wf: &[f32; 32], x: &[f32], inp: usize, off: usize, acc: &mut [[f32; 8]]) {
+    for (i, a) in acc.iter_mut().enumerate() {
+        let xs = &x[i * inp + off..i * inp + off + 32];
+        for c in 0..4 {
+            for l in 0..8 {
+                a[l] += wf[c * 8 + l] * xs[c * 8 + l];
+            }
+        }
+    }
+}
+
+/// RMSNorm over each row of `x` (`[m, n]`), in place.
+pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
+    let n = w.len();
+    for row in x.chunks_exact_mut(n) {
+        let ss: f32 = row.iter().map(|v| v * v).sum::<f32>() / n as f32;
+        let inv = 1.0 / (ss + eps).sqrt();
+        for (v, g) in row.iter_mut().zip(w) {
+            *v = *v * inv * g;
+        }
+    }
+}
+
+pub fn rms_norm_to(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let mut y = x.to_vec();
+    rms_norm(&mut y, w, eps);
+    y
+}
+
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// SwiGLU: down(silu(gate(x)) * up(x)).
+pub fn swiglu(gate: &Linear, up: &Linear, down: &Linear, x: &[f32], m: usize) -> Vec<f32> {
+    let g = gate.forward(x, m);
+    let u = up.forward(x, m);
+    let h: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
+    down.forward(&h, m)
+}
+
+/// Index of the largest value; ties go to the lowest index (NaN never wins).
+pub fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Stable softmax in place (f32, fixed order).
+pub fn softmax_inplace(v: &mut [f32]) {
+    let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for x in v.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x;
+    }
+    for x in v.iter_mut() {
+        *x /= sum;
+    }
+}
+
+/// The `k` largest entries as (index, value), descending, ties by lower index.
+pub fn topk(v: &[f32], k: usize) -> Vec<(usize, f32)> {
+    let mut idx: Vec<usize> = (0..v.len()).collect();
+    let cmp = |a: &usize, b: &usize| v[*b].total_cmp(&v[*a]).then(a.cmp(b));
+    let k = k.min(v.len());
+    if k > 0 && k < idx.len() {
+        idx.select_nth_unstable_by(k - 1, cmp);
+    }
+    idx.truncate(k);
+    idx.sort_by(cmp);
+    idx.into_iter().map(|i| (i, v[i])).collect()
+}

@@ -1,0 +1,550 @@
+//! The cost model: a forward pass is a list of operators per layer, priced once per layer
+//! kind and multiplied by the layer count; a round is a sequence of passes plus host work.
+//!
+//! Context-dependent attention is handled cheaply: per (pass, rows) the attention time is
+//! evaluated at two context lengths and used as `a + b * ctx` (attention over a cache is
+//! linear in the tokens read), so a round costs a cache hit and two multiply-adds.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use kbench_core::arch::{ArchFamily, DraftArch, ModelArch};
+use kbench_core::spec::SpecConfig;
+use serde::Serialize;
+
+use crate::error::SimError;
+use crate::optable::OpTables;
+use crate::pricer::{Pricer, Source};
+use crate::profile::HardwareProfile;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PassKind {
+    /// Plain decode: one token per request.
+    TargetDecode,
+    /// Tree-masked verify: `num_draft_tokens` per request.
+    TargetVerify,
+    /// Prompt processing.
+    TargetPrefill,
+    /// One draft step: `eagle_topk` tokens per request.
+    DraftDecode,
+    /// Draft extend after verify: `num_steps + 1` tokens per request.
+    DraftExtend,
+    /// Draft extend over the prompt (EAGLE prefill).
+    DraftPrefill,
+}
+
+impl PassKind {
+    fn is_draft(self) -> bool {
+        matches!(self, PassKind::DraftDecode | PassKind::DraftExtend | PassKind::DraftPrefill)
+    }
+    fn is_prefill(self) -> bool {
+        matches!(self, PassKind::TargetPrefill | PassKind::DraftPrefill)
+    }
+}
+
+/// Reference contexts for the linear attention model `a + b * ctx`.
+const CTX_LO: f64 = 256.0;
+const CTX_HI: f64 = 2048.0;
+
+/// A priced pass, independent of context except through `attn_a_us + attn_b_us * ctx`.
+#[derive(Debug, Clone)]
+struct PassPrice {
+    fixed_us: f64,
+    attn_a_us: f64,
+    attn_b_us: f64,
+    ops: u32,
+    /// Per-operator GPU time at CTX_LO / CTX_HI (for breakdowns), before `in_model`.
+    items_lo: BTreeMap<String, f64>,
+    items_hi: BTreeMap<String, f64>,
+    sources: BTreeMap<String, &'static str>,
+}
+
+/// One pass of a round, explained.
+#[derive(Debug, Clone, Serialize)]
+pub struct PassBreakdown {
+    pub kind: PassKind,
+    pub tokens: u32,
+    pub requests: u32,
+    pub mean_context: f64,
+    /// Replayed from a CUDA graph (else eager).
+    pub graph: bool,
+    pub operators: u32,
+    /// GPU time per operator group over all layers, microseconds, after `in_model`.
+    pub gpu_us: BTreeMap<String, f64>,
+    /// `table` or `roofline` per operator group.
+    pub sources: BTreeMap<String, &'static str>,
+    pub gpu_total_us: f64,
+    /// Host launch cost: graph replay, or eager dispatch of every operator.
+    pub launch_us: f64,
+    /// What the pass adds to the round: gpu + replay (graph), max(gpu, dispatch) (eager).
+    pub time_us: f64,
+}
+
+/// A round (or prefill), explained: passes, host work, and how they combine.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundBreakdown {
+    pub what: String,
+    pub batch: u32,
+    pub passes: Vec<PassBreakdown>,
+    pub gpu_us: f64,
+    pub host_us: f64,
+    /// `serial` (gpu + host), `overlap` (max(gpu, host)), `overlap+sync`.
+    pub combine: &'static str,
+    pub sync_us: f64,
+    pub total_us: f64,
+}
+
+impl std::fmt::Display for RoundBreakdown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{} (batch {}): total {:.1} us = {} of gpu {:.1} us and host {:.1} us{}",
+            self.what, self.batch, self.total_us, self.combine, self.gpu_us, self.host_us,
+            if self.sync_us > 0.0 { format!(" + sync {:.1} us", self.sync_us) } else { String::new() })?;
+        for p in &self.passes {
+            writeln!(f, "  {:?}: {} tokens, {} requests, ctx {:.0}, {} ops, {}: gpu {:.1} us, launch {:.1} us -> {:.1} us",
+                p.kind, p.tokens, p.requests, p.mean_context, p.operators,
+                if p.graph { "graph" } else { "eager" }, p.gpu_total_us, p.launch_us, p.time_us)?;
+            for (k, v) in &p.gpu_us {
+                writeln!(f, "    {:<28} {:>10.1} us  ({})", k, v, p.sources.get(k).copied().unwrap_or("-"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Prices rounds for one (model, draft, hardware, parallelism) configuration.
+pub struct CostModel {
+    pub profile: HardwareProfile,
+    tables: Option<OpTables>,
+    pub model: ModelArch,
+    pub draft: Option<DraftArch>,
+    pub tp: u32,
+    pub cuda_graph_max_bs: u32,
+    cache: RefCell<BTreeMap<(PassKind, u32, u32), Rc<PassPrice>>>,
+}
+
+/// Operator groups as the breakdown shows them.
+struct Acc<'a> {
+    items: &'a mut BTreeMap<String, f64>,
+    sources: &'a mut BTreeMap<String, &'static str>,
+    ops: u32,
+    attn_us: f64,
+}
+
+impl Acc<'_> {
+    fn add(&mut self, name: &str, times: f64, priced: (f64, Source), ops: u32) {
+        *self.items.entry(name.to_string()).or_insert(0.0) += priced.0 * times;
+        self.sources.insert(name.to_string(), match priced.1 {
+            Source::Table => "table",
+            Source::Roofline => "roofline",
+        });
+        self.ops += ops * times as u32;
+    }
+}
+
+impl CostModel {
+    pub fn new(
+        profile: HardwareProfile,
+        tables: Option<OpTables>,
+        model: ModelArch,
+        draft: Option<DraftArch>,
+        tp: u32,
+        cuda_graph_max_bs: u32,
+    ) -> Result<CostModel, SimError> {
+        if tp == 0 || tp > profile.gpu.count {
+            return Err(SimError::Model(format!(
+                "tp_size {tp} does not fit the profile's {} GPUs ({})",
+                profile.gpu.count, profile.origin
+            )));
+        }
+        if model.num_heads % tp != 0 {
+            return Err(SimError::Model(format!("{} heads do not split over tp {tp}", model.num_heads)));
+        }
+        Ok(CostModel {
+            profile,
+            tables,
+            model,
+            draft,
+            tp,
+            cuda_graph_max_bs,
+            cache: RefCell::new(BTreeMap::new()),
+        })
+    }
+
+    /// Op-table queries outside the measured range so far.
+    pub fn flagged_queries(&self) -> Vec<String> {
+        self.tables.as_ref().map(OpTables::flagged).unwrap_or_default()
+    }
+
+    pub fn tables_origin(&self) -> String {
+        self.tables.as_ref().map(|t| t.origin().to_string()).unwrap_or_else(|| "roofline only".into())
+    }
+
+    fn pricer(&self) -> Pricer<'_> {
+        Pricer {
+            profile: &self.profile,
+            tables: self.tables.as_ref(),
+            tp: self.tp,
+        }
+    }
+
+    fn us(&self, name: &str) -> f64 {
+        self.profile.param(name).map(|p| p.value).unwrap_or(0.0)
+    }
+
+    /// Prices a pass over `tokens` query tokens from `requests` requests.
+    fn price(&self, kind: PassKind, tokens: u32, requests: u32) -> Result<Rc<PassPrice>, SimError> {
+        if let Some(p) = self.cache.borrow().get(&(kind, tokens, requests)) {
+            return Ok(Rc::clone(p));
+        }
+        let mut lo = BTreeMap::new();
+        let mut hi = BTreeMap::new();
+        let mut sources = BTreeMap::new();
+        let (ops, a_lo) = {
+            let mut acc = Acc { items: &mut lo, sources: &mut sources, ops: 0, attn_us: 0.0 };
+            self.build(kind, tokens, requests, CTX_LO, &mut acc)?;
+            (acc.ops, acc.attn_us)
+        };
+        let a_hi = {
+            let mut s2 = BTreeMap::new();
+            let mut acc = Acc { items: &mut hi, sources: &mut s2, ops: 0, attn_us: 0.0 };
+            self.build(kind, tokens, requests, CTX_HI, &mut acc)?;
+            acc.attn_us
+        };
+        let total_lo: f64 = lo.values().sum();
+        let b = if kind.is_prefill() { 0.0 } else { ((a_hi - a_lo) / (CTX_HI - CTX_LO)).max(0.0) };
+        let a = a_lo - b * CTX_LO;
+        let price = Rc::new(PassPrice {
+            fixed_us: total_lo - a_lo,
+            attn_a_us: a,
+            attn_b_us: b,
+            ops,
+            items_lo: lo,
+            items_hi: hi,
+            sources,
+        });
+        self.cache.borrow_mut().insert((kind, tokens, requests), Rc::clone(&price));
+        Ok(price)
+    }
+
+    /// The operator list of one pass. For prefill `ctx` is ignored (the prompt is the context).
+    fn build(&self, kind: PassKind, tokens: u32, requests: u32, ctx: f64, acc: &mut Acc) -> Result<(), SimError> {
+        let p = self.pricer();
+        let tp = self.tp;
+        let t = tokens.max(1);
+        let why = format!("{kind:?} {tokens} tokens / {requests} requests");
+        let why = why.as_str();
+        let prefill = kind.is_prefill();
+        let isl = tokens as f64 / requests.max(1) as f64;
+        // Rows that need logits: every token of decode/verify/draft-decode; the last token
+        // per request for prefill and draft extend (SGLang captures only the last hidden).
+        let logit_rows = match kind {
+            PassKind::TargetPrefill | PassKind::DraftPrefill | PassKind::DraftExtend => requests,
+            _ => tokens,
+        };
+        if kind.is_draft() {
+            let d = self.draft.as_ref().ok_or_else(|| SimError::Model("a draft pass needs a draft architecture".into()))?;
+            let h = d.hidden_size;
+            let heads = d.num_heads / tp.min(d.num_heads).max(1);
+            let kv = (d.num_kv_heads / tp).max(1);
+            let hd = d.head_dim;
+            let act_bytes = t as f64 * h as f64 * 2.0 * 2.0;
+            acc.add("embedding", 1.0, (p.elementwise(act_bytes), Source::Roofline), 1);
+            acc.add("all_reduce", 1.0, p.all_reduce(t as f64 * h as f64, why)?, 1);
+            if kind != PassKind::DraftDecode {
+                // fc over the three captured target hidden states (3h -> h), replicated.
+                acc.add("draft.fc", 1.0, p.gemm(t, h, 3 * h, why)?, 1);
+            }
+            acc.add("norms", 3.0, (p.elementwise(act_bytes), Source::Roofline), 1);
+            acc.add("draft.qkv_proj", 1.0, p.gemm(t, (heads + 2 * kv) * hd, 2 * h, why)?, 1);
+            acc.add("rope", 1.0, (p.elementwise(act_bytes), Source::Roofline), 1);
+            let attn = if prefill {
+                p.mha_prefill(heads, kv, hd, requests, isl, why)?
+            } else {
+                p.mha_decode(heads, kv, hd, t, ctx, why)?
+            };
+            acc.attn_us += attn.0;
+            acc.add("attention", 1.0, attn, 1);
+            acc.add("draft.o_proj", 1.0, p.gemm(t, h, heads * hd, why)?, 1);
+            acc.add("all_reduce", 1.0, p.all_reduce(t as f64 * h as f64, why)?, 1);
+            let inter = d.intermediate_size / tp;
+            acc.add("draft.mlp", 1.0, p.gemm(t, 2 * inter, h, why)?, 1);
+            acc.add("activation", 1.0, (p.elementwise(t as f64 * inter as f64 * 6.0), Source::Roofline), 1);
+            acc.add("draft.mlp", 1.0, p.gemm(t, h, inter, why)?, 1);
+            acc.add("all_reduce", 1.0, p.all_reduce(t as f64 * h as f64, why)?, 1);
+            let vocab = d.draft_vocab_size;
+            acc.add("lm_head", 1.0, p.gemm(logit_rows, vocab.div_ceil(tp), h, why)?, 1);
+            acc.add("logits_all_gather", 1.0, p.all_gather(logit_rows as f64 * vocab as f64, why)?, 1);
+            acc.add("sampling", 1.0, (p.elementwise(logit_rows as f64 * vocab as f64 * 4.0), Source::Roofline), 2);
+            return Ok(());
+        }
+
+        let m = &self.model;
+        let h = m.hidden_size;
+        let act_bytes = t as f64 * h as f64 * 2.0 * 2.0;
+        acc.add("embedding", 1.0, (p.elementwise(act_bytes), Source::Roofline), 1);
+        acc.add("all_reduce", 1.0, p.all_reduce(t as f64 * h as f64, why)?, 1);
+        let layers = m.num_layers as f64;
+        let moe_layers = m.num_moe_layers() as f64;
+        let dense_layers = layers - moe_layers;
+        let heads = m.num_heads / tp;
+
+        // Attention block, identical in every layer.
+        acc.add("norms", 2.0 * layers, (p.elementwise(act_bytes), Source::Roofline), 1);
+        match (&m.family, &m.mla) {
+            (ArchFamily::MlaMoe, Some(mla)) => {
+                let qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+                let latent = mla.kv_lora_rank + mla.qk_rope_head_dim;
+                match mla.q_lora_rank {
+                    Some(q) => {
+                        // Fused q_a + kv_a projection, replicated on every rank (SGLang).
+                        acc.add("attn.qkv_a_proj", layers, p.gemm(t, q + latent, h, why)?, 1);
+                        acc.add("norms", 2.0 * layers, (p.elementwise(t as f64 * (q + latent) as f64 * 4.0), Source::Roofline), 1);
+                        acc.add("attn.q_b_proj", layers, p.gemm(t, heads * qk, q, why)?, 1);
+                    }
+                    None => {
+                        acc.add("attn.qkv_a_proj", layers, p.gemm(t, heads * qk + latent, h, why)?, 1);
+                        acc.add("norms", layers, (p.elementwise(act_bytes), Source::Roofline), 1);
+                    }
+                }
+                acc.add("rope", layers, (p.elementwise(t as f64 * heads as f64 * qk as f64 * 4.0), Source::Roofline), 1);
+                if prefill {
+                    // Prefill runs the non-absorbed path: kv_b_proj up-projects the latent.
+                    let kvb_n = heads * (mla.qk_nope_head_dim + mla.v_head_dim);
+                    acc.add("attn.kv_b_proj", layers, p.gemm(t, kvb_n, mla.kv_lora_rank, why)?, 1);
+                    let attn = p.mla_prefill(heads, requests, isl, qk, why)?;
+                    acc.add("attention", layers, attn, 1);
+                } else {
+                    acc.add("attn.bmm_absorb", layers, p.mla_bmm(true, t, heads, mla.kv_lora_rank, mla.qk_nope_head_dim, why)?, 1);
+                    // Verify and draft-extend rows are priced as decode queries against the
+                    // request's cache (the triton kernels walk the prefix per query block).
+                    let attn = p.mla_decode(heads, t, ctx, latent, why)?;
+                    acc.attn_us += attn.0 * layers;
+                    acc.add("attention", layers, attn, 1);
+                    acc.add("attn.bmm_absorb", layers, p.mla_bmm(false, t, heads, mla.kv_lora_rank, mla.v_head_dim, why)?, 1);
+                }
+                acc.add("attn.o_proj", layers, p.gemm(t, h, heads * mla.v_head_dim, why)?, 1);
+            }
+            _ => {
+                let kv = (m.num_kv_heads / tp).max(1);
+                let hd = m.head_dim;
+                acc.add("attn.qkv_proj", layers, p.gemm(t, (heads + 2 * kv) * hd, h, why)?, 1);
+                acc.add("rope", layers, (p.elementwise(act_bytes), Source::Roofline), 1);
+                let attn = if prefill {
+                    p.mha_prefill(heads, kv, hd, requests, isl, why)?
+                } else {
+                    p.mha_decode(heads, kv, hd, t, ctx, why)?
+                };
+                if !prefill {
+                    acc.attn_us += attn.0 * layers;
+                }
+                acc.add("attention", layers, attn, 1);
+                acc.add("attn.o_proj", layers, p.gemm(t, h, heads * hd, why)?, 1);
+            }
+        }
+        acc.add("all_reduce", layers, p.all_reduce(t as f64 * h as f64, why)?, 1);
+
+        // MLP block: dense layers, then MoE layers.
+        if dense_layers > 0.0 {
+            let inter = m.intermediate_size / tp;
+            acc.add("mlp.dense", dense_layers, p.gemm(t, 2 * inter, h, why)?, 1);
+            acc.add("activation", dense_layers, (p.elementwise(t as f64 * inter as f64 * 6.0), Source::Roofline), 1);
+            acc.add("mlp.dense", dense_layers, p.gemm(t, h, inter, why)?, 1);
+        }
+        if let Some(moe) = &m.moe {
+            if moe_layers > 0.0 {
+                acc.add("moe.router", moe_layers, p.gemm(t, moe.n_routed_experts, h, why)?, 1);
+                acc.add("moe.topk", moe_layers, (p.elementwise(t as f64 * moe.n_routed_experts as f64 * 8.0), Source::Roofline), 2);
+                let bpw = m.quant.as_ref().map(|q| q.bytes_per_weight()).unwrap_or(2.0);
+                // Marlin MoE: align/sort, gate_up, activation, down, weighted sum.
+                acc.add(
+                    "moe.routed_experts",
+                    moe_layers,
+                    p.moe(t, moe.n_routed_experts, moe.num_experts_per_tok, h, moe.moe_intermediate_size, bpw, why)?,
+                    5,
+                );
+                if moe.n_shared_experts > 0 {
+                    let si = (moe.n_shared_experts * moe.moe_intermediate_size) / tp;
+                    acc.add("moe.shared_expert", moe_layers, p.gemm(t, 2 * si, h, why)?, 1);
+                    acc.add("activation", moe_layers, (p.elementwise(t as f64 * si as f64 * 6.0), Source::Roofline), 1);
+                    acc.add("moe.shared_expert", moe_layers, p.gemm(t, h, si, why)?, 1);
+                }
+            }
+        }
+        acc.add("all_reduce", layers, p.all_reduce(t as f64 * h as f64, why)?, 1);
+        acc.add("norms", 1.0, (p.elementwise(act_bytes), Source::Roofline), 1);
+        let vocab = m.vocab_size;
+        acc.add("lm_head", 1.0, p.gemm(logit_rows, vocab.div_ceil(tp), h, why)?, 1);
+        acc.add("logits_all_gather", 1.0, p.all_gather(logit_rows as f64 * vocab as f64, why)?, 1);
+        acc.add("sampling", 1.0, (p.elementwise(logit_rows as f64 * vocab as f64 * 4.0), Source::Roofline), 2);
+        Ok(())
+    }
+
+    /// GPU time and what the pass adds to a round, microseconds.
+    fn pass_time(&self, kind: PassKind, tokens: u32, requests: u32, ctx: f64) -> Result<(f64, f64, f64, bool, u32), SimError> {
+        let p = self.price(kind, tokens, requests)?;
+        let gpu = (p.fixed_us + p.attn_a_us + p.attn_b_us * ctx) * self.profile.efficiency.in_model.value;
+        // Prefill (extend) is not graphed in SGLang by default; decode-type passes replay a
+        // graph up to cuda_graph_max_bs requests.
+        let graph = !kind.is_prefill() && requests <= self.cuda_graph_max_bs;
+        if graph {
+            let launch = self.us("launch.graph_replay_us");
+            Ok((gpu, launch, gpu + launch, true, p.ops))
+        } else {
+            // Eager: the CPU dispatches operators ahead of the GPU; the slower side sets pace.
+            let launch = p.ops as f64 * self.us("launch.eager_op_us");
+            Ok((gpu, launch, gpu.max(launch), false, p.ops))
+        }
+    }
+
+    fn explain_pass(&self, kind: PassKind, tokens: u32, requests: u32, ctx: f64) -> Result<PassBreakdown, SimError> {
+        let p = self.price(kind, tokens, requests)?;
+        let (gpu, launch, time, graph, ops) = self.pass_time(kind, tokens, requests, ctx)?;
+        let w = if kind.is_prefill() { 0.0 } else { ((ctx - CTX_LO) / (CTX_HI - CTX_LO)).max(0.0) };
+        let f = self.profile.efficiency.in_model.value;
+        let gpu_us = p
+            .items_lo
+            .iter()
+            .map(|(k, lo)| {
+                let hi = p.items_hi.get(k).copied().unwrap_or(*lo);
+                (k.clone(), (lo + (hi - lo) * w) * f)
+            })
+            .collect();
+        Ok(PassBreakdown {
+            kind,
+            tokens,
+            requests,
+            mean_context: ctx,
+            graph,
+            operators: ops,
+            gpu_us,
+            sources: p.sources.clone(),
+            gpu_total_us: gpu,
+            launch_us: launch,
+            time_us: time,
+        })
+    }
+
+    /// The passes of one decode round for `bs` requests.
+    fn round_passes(&self, bs: u32, spec: Option<&SpecConfig>) -> Vec<(PassKind, u32, u32)> {
+        match spec {
+            None => vec![(PassKind::TargetDecode, bs, bs)],
+            Some(s) => {
+                let mut v = Vec::new();
+                for _ in 1..s.num_steps {
+                    v.push((PassKind::DraftDecode, bs * s.eagle_topk, bs));
+                }
+                v.push((PassKind::TargetVerify, bs * s.num_draft_tokens, bs));
+                // SGLang pads the draft extend to num_steps + 1 tokens per request (v2 always;
+                // v1's CUDA graph for draft extend is captured at that width too).
+                v.push((PassKind::DraftExtend, bs * (s.num_steps + 1), bs));
+                v
+            }
+        }
+    }
+
+    /// Time of one decode round for `bs` running requests with mean cached context `ctx`;
+    /// `spec` is None for a plain decode round.
+    pub fn round_ns(&self, bs: u32, ctx: f64, spec: Option<&SpecConfig>) -> Result<u64, SimError> {
+        let mut gpu = 0.0;
+        for (kind, tokens, reqs) in self.round_passes(bs, spec) {
+            gpu += self.pass_time(kind, tokens, reqs, ctx)?.2;
+        }
+        let (host, combine, sync) = self.host_round(bs, spec);
+        let total = combine_round(gpu, host, combine, sync);
+        Ok(to_ns(total))
+    }
+
+    fn host_round(&self, bs: u32, spec: Option<&SpecConfig>) -> (f64, &'static str, f64) {
+        let b = bs as f64;
+        match spec {
+            // SGLang's overlap scheduler (on by default without speculation) hides the
+            // scheduler's work behind the GPU's.
+            None => (self.us("host.decode_step_us") + b * self.us("host.decode_per_request_us"), "overlap", 0.0),
+            Some(s) => {
+                let round = self.us("host.spec_round_us");
+                if s.spec_v2 {
+                    // v2 keeps verification bookkeeping (accept, KV free, output append) in
+                    // batched GPU tensors: its per-request host work is the plain scheduler's,
+                    // and all of it overlaps the next round's GPU work except one sync.
+                    (round + b * self.us("host.decode_per_request_us"), "overlap+sync", self.us("host.v2_sync_us"))
+                } else {
+                    // Spec v1 runs with the overlap scheduler disabled and walks every request
+                    // in Python after each verify (accepted tokens, KV frees, finish checks).
+                    (round + b * self.us("host.spec_per_request_us"), "serial", 0.0)
+                }
+            }
+        }
+    }
+
+    /// A prefill batch: `reqs` prompts with `tokens` prompt tokens in all; with a draft, the
+    /// draft's extend over the prompt follows.
+    pub fn prefill_ns(&self, reqs: u32, tokens: u32, with_draft: bool) -> Result<u64, SimError> {
+        let mut t = self.pass_time(PassKind::TargetPrefill, tokens, reqs, 0.0)?.2;
+        if with_draft {
+            t += self.pass_time(PassKind::DraftPrefill, tokens, reqs, 0.0)?.2;
+        }
+        t += reqs as f64 * self.us("host.prefill_per_request_us");
+        Ok(to_ns(t))
+    }
+
+    /// Explains one decode round (`spec` None: plain decode).
+    pub fn explain_round(&self, bs: u32, ctx: f64, spec: Option<&SpecConfig>) -> Result<RoundBreakdown, SimError> {
+        let mut passes = Vec::new();
+        for (kind, tokens, reqs) in self.round_passes(bs, spec) {
+            passes.push(self.explain_pass(kind, tokens, reqs, ctx)?);
+        }
+        let gpu: f64 = passes.iter().map(|p| p.time_us).sum();
+        let (host, combine, sync) = self.host_round(bs, spec);
+        let what = match spec {
+            None => "plain decode step".to_string(),
+            Some(s) => format!(
+                "speculative round ({}, {}, {}) {}",
+                s.num_steps, s.eagle_topk, s.num_draft_tokens,
+                if s.spec_v2 { "v2" } else { "v1" }
+            ),
+        };
+        Ok(RoundBreakdown {
+            what,
+            batch: bs,
+            passes,
+            gpu_us: gpu,
+            host_us: host,
+            combine,
+            sync_us: sync,
+            total_us: combine_round(gpu, host, combine, sync),
+        })
+    }
+
+    /// Explains a prefill batch.
+    pub fn explain_prefill(&self, reqs: u32, tokens: u32, with_draft: bool) -> Result<RoundBreakdown, SimError> {
+        let mut passes = vec![self.explain_pass(PassKind::TargetPrefill, tokens, reqs, 0.0)?];
+        if with_draft {
+            passes.push(self.explain_pass(PassKind::DraftPrefill, tokens, reqs, 0.0)?);
+        }
+        let gpu: f64 = passes.iter().map(|p| p.time_us).sum();
+        let host = reqs as f64 * self.us("host.prefill_per_request_us");
+        Ok(RoundBreakdown {
+            what: format!("prefill of {reqs} prompts, {tokens} tokens"),
+            batch: reqs,
+            passes,
+            gpu_us: gpu,
+            host_us: host,
+            combine: "serial",
+            sync_us: 0.0,
+            total_us: gpu + host,
+        })
+    }
+}
+
+fn combine_round(gpu: f64, host: f64, combine: &str, sync: f64) -> f64 {
+    match combine {
+        "serial" => gpu + host,
+        _ => gpu.max(host) + sync,
+    }
+}
+
+fn to_ns(us: f64) -> u64 {
+    (us * 1e3).round().max(1.0) as u64
+}

@@ -1,0 +1,55 @@
+//! Every way the simulator can fail on bad input, each naming the file and what is wrong.
+//! Nothing in kbench-sim panics on user input.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot read {what} {path}")]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("hardware profile {origin}: {message}")]
+    Profile { origin: String, message: String },
+    #[error("unknown hardware preset `{name}` (known: {known})")]
+    UnknownPreset { name: String, known: String },
+    #[error("op table {origin}:{line}: {message}")]
+    OpTable {
+        origin: String,
+        line: usize,
+        message: String,
+    },
+    #[error("op table: no rows for operator `{op}` (needed for {why}; tables loaded from {origin})")]
+    MissingOp {
+        op: String,
+        why: String,
+        origin: String,
+    },
+    #[error("cost model: {0}")]
+    Model(String),
+    #[error("measurement file {path}: {message}")]
+    Measurements { path: PathBuf, message: String },
+    #[error("experiment {path}")]
+    Experiment {
+        path: PathBuf,
+        #[source]
+        source: kbench_core::spec::SpecError,
+    },
+    #[error("simulation of {experiment} failed")]
+    Backend {
+        experiment: String,
+        #[source]
+        source: kbench_core::backend::BackendError,
+    },
+    #[error("calibration: {0}")]
+    Calibration(String),
+}

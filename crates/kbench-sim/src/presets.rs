@@ -1,0 +1,79 @@
+//! Hardware presets compiled into the binary (so `kbench` works from any directory), and
+//! resolution of an experiment's [`HardwareRef`] to a profile plus its op tables.
+
+use kbench_core::spec::HardwareRef;
+
+use crate::error::SimError;
+use crate::optable::OpTables;
+use crate::profile::HardwareProfile;
+
+/// (preset name, file it was compiled from, contents).
+const PRESETS: &[(&str, &str, &str)] = &[
+    (
+        "8x-rtx-pro-6000-server",
+        "experiments/hardware/8x-rtx-pro-6000-server.toml",
+        include_str!("../../../experiments/hardware/8x-rtx-pro-6000-server.toml"),
+    ),
+    (
+        "8x-h200",
+        "experiments/hardware/8x-h200.toml",
+        include_str!("../../../experiments/hardware/8x-h200.toml"),
+    ),
+    ("h200", "experiments/hardware/h200.toml", include_str!("../../../experiments/hardware/h200.toml")),
+];
+
+pub fn preset_names() -> Vec<&'static str> {
+    PRESETS.iter().map(|p| p.0).collect()
+}
+
+pub fn preset(name: &str) -> Result<HardwareProfile, SimError> {
+    let (_, file, text) = PRESETS.iter().find(|p| p.0 == name).ok_or_else(|| SimError::UnknownPreset {
+        name: name.into(),
+        known: preset_names().join(", "),
+    })?;
+    HardwareProfile::from_toml_str(text, &format!("preset `{name}` ({file}, embedded)"))
+}
+
+pub fn resolve_profile(hw: &HardwareRef) -> Result<HardwareProfile, SimError> {
+    match hw {
+        HardwareRef::Preset(name) => preset(name),
+        HardwareRef::Profile(path) => HardwareProfile::from_file(path),
+    }
+}
+
+/// The op tables a profile points at (None: roofline only).
+pub fn load_tables(profile: &HardwareProfile) -> Result<Option<OpTables>, SimError> {
+    let Some(t) = &profile.optables else {
+        return Ok(None);
+    };
+    match (&t.system, &t.dir) {
+        (Some(system), None) => OpTables::embedded(system).map(Some),
+        (None, Some(dir)) => {
+            let base = profile.base_dir.clone().unwrap_or_else(|| ".".into());
+            OpTables::from_dir(&base.join(dir)).map(Some)
+        }
+        _ => Err(SimError::Profile {
+            origin: profile.origin.clone(),
+            message: "[optables] needs exactly one of `system` or `dir`".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_parses_and_has_tables() {
+        for name in preset_names() {
+            let p = preset(name).unwrap();
+            assert!(load_tables(&p).unwrap().is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn unknown_preset_lists_known_ones() {
+        let e = preset("nope").unwrap_err().to_string();
+        assert!(e.contains("8x-rtx-pro-6000-server"), "{e}");
+    }
+}

@@ -1,0 +1,317 @@
+//! Hardware profiles: what a box can do, each number with where it came from.
+//!
+//! A profile is TOML (format in docs/cost-model.md). Every numeric value is a [`Param`]
+//! carrying its provenance (`datasheet`, `measured`, `fitted`, `prior`) and a source
+//! string, so a report can say which parts of a prediction are physics, which are
+//! measurements and which were fitted to the very numbers it is compared with.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SimError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provenance {
+    /// A vendor's number (a lead, not a measurement).
+    Datasheet,
+    /// Measured on the hardware (op tables, microbenchmarks).
+    Measured,
+    /// Fitted by `kbench calibrate` to end-to-end measurements.
+    Fitted,
+    /// A stated guess, not yet calibrated on this box.
+    Prior,
+}
+
+/// One value of a profile with its provenance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Param {
+    pub value: f64,
+    pub source: Provenance,
+    /// Where the value comes from (datasheet, file, fit).
+    #[serde(rename = "ref")]
+    pub reference: String,
+}
+
+impl Param {
+    pub fn new(value: f64, source: Provenance, reference: impl Into<String>) -> Param {
+        Param {
+            value,
+            source,
+            reference: reference.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSection {
+    pub name: String,
+    /// GPUs in the box (the tensor-parallel group is the experiment's tp_size <= count).
+    pub count: u32,
+    pub memory_gib: Param,
+    /// Per-GPU memory bandwidth, GB/s (1e9 bytes/s).
+    pub mem_bandwidth_gbs: Param,
+    /// Dense BF16 tensor throughput, TFLOP/s.
+    pub bf16_tflops: Param,
+    /// Effective W4A16 (INT4 weights, BF16 math) tensor throughput, TFLOP/s.
+    pub int4_tflops: Param,
+    /// Shortest time a kernel takes on this GPU (launch + tail), microseconds: the floor of
+    /// every roofline-priced operator.
+    pub min_kernel_us: Param,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterconnectSection {
+    /// Name for reports (`PCIe Gen5, no NVLink`).
+    pub name: String,
+    /// All-reduce roofline used when no NCCL table is given: latency (us) ...
+    pub all_reduce_latency_us: Param,
+    /// ... plus bytes / bus bandwidth (GB/s, NCCL's busbw convention).
+    pub all_reduce_bus_gbs: Param,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchSection {
+    /// Host cost of replaying one CUDA graph (one forward pass), microseconds.
+    pub graph_replay_us: Param,
+    /// Host cost per operator launched eagerly (SGLang's Python dispatch + CUDA launch),
+    /// microseconds. Eager passes: batches above cuda_graph_max_bs and prefill.
+    pub eager_op_us: Param,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSection {
+    /// Scheduler work per plain decode step (batch assembly, sampling sync, output
+    /// processing), microseconds; overlapped with GPU work by SGLang's overlap scheduler.
+    pub decode_step_us: Param,
+    /// Per request per plain decode step, microseconds.
+    pub decode_per_request_us: Param,
+    /// Per prefilled request (tokenized input to scheduled batch, first-token output),
+    /// microseconds; serial with the prefill pass.
+    pub prefill_per_request_us: Param,
+    /// Host work per speculative round (tree building, verify bookkeeping, scheduling),
+    /// microseconds. v1 adds it to every round; v2 overlaps it with the next round's GPU work.
+    pub spec_round_us: Param,
+    /// Per request per speculative round, microseconds.
+    pub spec_per_request_us: Param,
+    /// What v2's overlap cannot remove per round (the one device-to-host sync of accept
+    /// lengths), microseconds.
+    pub v2_sync_us: Param,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EfficiencySection {
+    /// Fraction of memory bandwidth a roofline-priced operator reaches.
+    pub mem_bw: Param,
+    /// Fraction of tensor throughput a roofline-priced operator reaches.
+    pub flops: Param,
+    /// Multiplier on the summed GPU time of a forward pass: what a whole model sees and
+    /// isolated microbenchmarks do not (cold L2 between layers, inter-kernel gaps in a graph).
+    pub in_model: Param,
+    /// Fraction of the routed experts a batch's tokens spread over: 1 = independent uniform
+    /// routing (E * (1 - (1 - k/E)^T) distinct experts); below 1, tokens of a batch share
+    /// popular experts (routing skew), so fewer distinct experts are read. Batch-1 cost is
+    /// unaffected (one token always reads k experts).
+    pub moe_expert_spread: Param,
+}
+
+/// Where measured operator tables come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpTablesSection {
+    /// One of the systems shipped in the binary (`rtx_pro_6000_server`, `h200_sxm`) ...
+    #[serde(default)]
+    pub system: Option<String>,
+    /// ... or a directory of op-table CSVs, relative to the profile file.
+    #[serde(default)]
+    pub dir: Option<String>,
+    /// What the tables were measured with, for reports.
+    #[serde(default)]
+    pub provenance: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareProfile {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub gpu: GpuSection,
+    pub interconnect: InterconnectSection,
+    pub launch: LaunchSection,
+    pub host: HostSection,
+    pub efficiency: EfficiencySection,
+    #[serde(default)]
+    pub optables: Option<OpTablesSection>,
+    /// How the profile was produced (set by calibration).
+    #[serde(default)]
+    pub calibration: Option<CalibrationStamp>,
+    /// Where the profile was read from (not part of the file).
+    #[serde(skip)]
+    pub origin: String,
+    /// Directory relative paths resolve against (not part of the file).
+    #[serde(skip)]
+    pub base_dir: Option<PathBuf>,
+}
+
+/// Recorded in a calibrated profile: what it was fitted to and how well.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrationStamp {
+    pub measurements: String,
+    pub base_profile: String,
+    pub method: String,
+    pub rms_log_error: f64,
+    pub max_abs_rel_error: f64,
+    pub loo_rms_rel_error: f64,
+}
+
+/// Dotted names of every parameter, in file order (for calibration and reports).
+pub const PARAM_KEYS: &[&str] = &[
+    "gpu.memory_gib",
+    "gpu.mem_bandwidth_gbs",
+    "gpu.bf16_tflops",
+    "gpu.int4_tflops",
+    "gpu.min_kernel_us",
+    "interconnect.all_reduce_latency_us",
+    "interconnect.all_reduce_bus_gbs",
+    "launch.graph_replay_us",
+    "launch.eager_op_us",
+    "host.decode_step_us",
+    "host.decode_per_request_us",
+    "host.prefill_per_request_us",
+    "host.spec_round_us",
+    "host.spec_per_request_us",
+    "host.v2_sync_us",
+    "efficiency.mem_bw",
+    "efficiency.flops",
+    "efficiency.in_model",
+    "efficiency.moe_expert_spread",
+];
+
+impl HardwareProfile {
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<HardwareProfile, SimError> {
+        let mut p: HardwareProfile = toml::from_str(text).map_err(|e| SimError::Profile {
+            origin: origin.into(),
+            message: e.to_string().trim().to_string(),
+        })?;
+        p.origin = origin.into();
+        p.validate()?;
+        Ok(p)
+    }
+
+    pub fn from_file(path: &Path) -> Result<HardwareProfile, SimError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+            what: "hardware profile",
+            path: path.into(),
+            source,
+        })?;
+        let mut p = Self::from_toml_str(&text, &path.display().to_string())?;
+        p.base_dir = path.parent().map(Path::to_path_buf);
+        Ok(p)
+    }
+
+    pub fn to_toml_string(&self) -> Result<String, SimError> {
+        toml::to_string(self).map_err(|e| SimError::Profile {
+            origin: self.origin.clone(),
+            message: format!("cannot serialize: {e}"),
+        })
+    }
+
+    /// Physical sanity: a negative bandwidth or an efficiency above 1 is a typo, not a box.
+    pub fn validate(&self) -> Result<(), SimError> {
+        let bad = |message: String| SimError::Profile {
+            origin: self.origin.clone(),
+            message,
+        };
+        if self.gpu.count == 0 {
+            return Err(bad("gpu.count must be at least 1".into()));
+        }
+        for key in PARAM_KEYS {
+            let v = self.param(key).map(|p| p.value).unwrap_or(f64::NAN);
+            if !v.is_finite() || v < 0.0 {
+                return Err(bad(format!("{key} = {v} is not a finite non-negative number")));
+            }
+        }
+        for key in ["gpu.mem_bandwidth_gbs", "gpu.bf16_tflops", "gpu.int4_tflops", "interconnect.all_reduce_bus_gbs"] {
+            if self.param(key).map(|p| p.value).unwrap_or(0.0) <= 0.0 {
+                return Err(bad(format!("{key} must be positive")));
+            }
+        }
+        for key in ["efficiency.mem_bw", "efficiency.flops", "efficiency.moe_expert_spread"] {
+            let v = self.param(key).map(|p| p.value).unwrap_or(0.0);
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(bad(format!("{key} = {v} must be in (0, 1]")));
+            }
+        }
+        if self.efficiency.in_model.value < 0.5 || self.efficiency.in_model.value > 5.0 {
+            return Err(bad(format!(
+                "efficiency.in_model = {} is outside the physical range [0.5, 5]",
+                self.efficiency.in_model.value
+            )));
+        }
+        if let Some(t) = &self.optables {
+            if t.system.is_some() == t.dir.is_some() {
+                return Err(bad("[optables] needs exactly one of `system` or `dir`".into()));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn param(&self, key: &str) -> Option<&Param> {
+        Some(match key {
+            "gpu.memory_gib" => &self.gpu.memory_gib,
+            "gpu.mem_bandwidth_gbs" => &self.gpu.mem_bandwidth_gbs,
+            "gpu.bf16_tflops" => &self.gpu.bf16_tflops,
+            "gpu.int4_tflops" => &self.gpu.int4_tflops,
+            "gpu.min_kernel_us" => &self.gpu.min_kernel_us,
+            "interconnect.all_reduce_latency_us" => &self.interconnect.all_reduce_latency_us,
+            "interconnect.all_reduce_bus_gbs" => &self.interconnect.all_reduce_bus_gbs,
+            "launch.graph_replay_us" => &self.launch.graph_replay_us,
+            "launch.eager_op_us" => &self.launch.eager_op_us,
+            "host.decode_step_us" => &self.host.decode_step_us,
+            "host.decode_per_request_us" => &self.host.decode_per_request_us,
+            "host.prefill_per_request_us" => &self.host.prefill_per_request_us,
+            "host.spec_round_us" => &self.host.spec_round_us,
+            "host.spec_per_request_us" => &self.host.spec_per_request_us,
+            "host.v2_sync_us" => &self.host.v2_sync_us,
+            "efficiency.mem_bw" => &self.efficiency.mem_bw,
+            "efficiency.flops" => &self.efficiency.flops,
+            "efficiency.in_model" => &self.efficiency.in_model,
+            "efficiency.moe_expert_spread" => &self.efficiency.moe_expert_spread,
+            _ => return None,
+        })
+    }
+
+    pub fn param_mut(&mut self, key: &str) -> Option<&mut Param> {
+        Some(match key {
+            "gpu.memory_gib" => &mut self.gpu.memory_gib,
+            "gpu.mem_bandwidth_gbs" => &mut self.gpu.mem_bandwidth_gbs,
+            "gpu.bf16_tflops" => &mut self.gpu.bf16_tflops,
+            "gpu.int4_tflops" => &mut self.gpu.int4_tflops,
+            "gpu.min_kernel_us" => &mut self.gpu.min_kernel_us,
+            "interconnect.all_reduce_latency_us" => &mut self.interconnect.all_reduce_latency_us,
+            "interconnect.all_reduce_bus_gbs" => &mut self.interconnect.all_reduce_bus_gbs,
+            "launch.graph_replay_us" => &mut self.launch.graph_replay_us,
+            "launch.eager_op_us" => &mut self.launch.eager_op_us,
+            "host.decode_step_us" => &mut self.host.decode_step_us,
+            "host.decode_per_request_us" => &mut self.host.decode_per_request_us,
+            "host.prefill_per_request_us" => &mut self.host.prefill_per_request_us,
+            "host.spec_round_us" => &mut self.host.spec_round_us,
+            "host.spec_per_request_us" => &mut self.host.spec_per_request_us,
+            "host.v2_sync_us" => &mut self.host.v2_sync_us,
+            "efficiency.mem_bw" => &mut self.efficiency.mem_bw,
+            "efficiency.flops" => &mut self.efficiency.flops,
+            "efficiency.in_model" => &mut self.efficiency.in_model,
+            "efficiency.moe_expert_spread" => &mut self.efficiency.moe_expert_spread,
+            _ => return None,
+        })
+    }
+}

@@ -1,0 +1,272 @@
+//! The simulator backend: SGLang-like continuous batching in virtual time (integer ns).
+//!
+//! Scheduling follows SGLang's loop: a waiting queue; whenever a slot is free
+//! (running < max_running_requests) the waiting requests are prefilled as their own forward
+//! (EAGLE disables mixed chunked prefill), which yields each one's first token; otherwise one
+//! decode round runs over every running request. Tokens a round commits become visible at
+//! the round's end. Each round is priced by the [`CostModel`].
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use kbench_core::acceptance::AcceptanceModel;
+use kbench_core::backend::{Backend, BackendError, Nanos, Request, RequestRecord, Session};
+use kbench_core::spec::{Experiment, SpecConfig};
+
+use crate::cost::{CostModel, RoundBreakdown};
+use crate::error::SimError;
+use crate::optable::OpTables;
+use crate::presets::{load_tables, resolve_profile};
+use crate::profile::HardwareProfile;
+
+/// SGLang's default `max_prefill_tokens`: prompt tokens admitted per prefill batch.
+pub const PREFILL_TOKEN_BUDGET: u32 = 16384;
+
+pub struct SimBackend {
+    cost: CostModel,
+    spec: SpecConfig,
+    acceptance: Option<Arc<dyn AcceptanceModel>>,
+    max_running: u32,
+    name: String,
+}
+
+impl SimBackend {
+    /// Resolves the experiment's hardware (preset or profile file) and its op tables.
+    pub fn new(exp: &Experiment, acceptance: Option<Arc<dyn AcceptanceModel>>) -> Result<SimBackend, SimError> {
+        let profile = resolve_profile(&exp.hardware)?;
+        let tables = load_tables(&profile)?;
+        Self::with_profile(exp, profile, tables, acceptance)
+    }
+
+    /// With an explicit profile (calibration and what-if studies).
+    pub fn with_profile(
+        exp: &Experiment,
+        profile: HardwareProfile,
+        tables: Option<OpTables>,
+        acceptance: Option<Arc<dyn AcceptanceModel>>,
+    ) -> Result<SimBackend, SimError> {
+        if exp.spec.is_speculative() && acceptance.is_none() {
+            return Err(SimError::Model(format!(
+                "{}: speculative decoding needs an acceptance model (a trace)",
+                exp.path.display()
+            )));
+        }
+        let cost = CostModel::new(
+            profile,
+            tables,
+            exp.model.clone(),
+            exp.draft.clone(),
+            exp.tp_size,
+            exp.cuda_graph_max_bs,
+        )?;
+        Ok(SimBackend {
+            cost,
+            spec: exp.spec.clone(),
+            acceptance: if exp.spec.is_speculative() { acceptance } else { None },
+            max_running: exp.max_running_requests,
+            name: exp.file.name.clone(),
+        })
+    }
+
+    pub fn cost_model(&self) -> &CostModel {
+        &self.cost
+    }
+
+    pub fn spec(&self) -> &SpecConfig {
+        &self.spec
+    }
+
+    /// Whether a round over `bs` requests speculates (disable_batch_threshold may turn it off).
+    pub fn speculates_at(&self, bs: u32) -> bool {
+        self.spec.is_speculative() && self.spec.disable_batch_threshold.is_none_or(|t| bs <= t)
+    }
+
+    /// The decode round this backend runs for `bs` requests at mean context `ctx`, explained.
+    pub fn explain_round(&self, bs: u32, ctx: f64) -> Result<RoundBreakdown, SimError> {
+        let spec = self.speculates_at(bs).then_some(&self.spec);
+        self.cost.explain_round(bs, ctx, spec)
+    }
+
+    /// A prefill batch of `reqs` prompts of `input_len` tokens, explained.
+    pub fn explain_prefill(&self, reqs: u32, input_len: u32) -> Result<RoundBreakdown, SimError> {
+        self.cost.explain_prefill(reqs, reqs * input_len, self.spec.is_speculative())
+    }
+
+    /// Op-table queries that fell outside the measured range so far.
+    pub fn flagged_queries(&self) -> Vec<String> {
+        self.cost.flagged_queries()
+    }
+}
+
+impl Backend for SimBackend {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+
+    fn describe(&self) -> String {
+        let acc = self
+            .acceptance
+            .as_ref()
+            .map(|a| format!("; acceptance: {}", a.describe()))
+            .unwrap_or_default();
+        let p = &self.cost.profile;
+        format!(
+            "sim: cost model on `{}` ({}){}{}",
+            p.name,
+            self.cost.tables_origin(),
+            p.calibration.as_ref().map(|c| format!(", calibrated to {}", c.measurements)).unwrap_or_default(),
+            acc
+        )
+    }
+
+    fn start_level(&mut self, _concurrency: u32) -> Result<Box<dyn Session + '_>, BackendError> {
+        Ok(Box::new(SimSession {
+            b: self,
+            now: 0,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+        }))
+    }
+}
+
+struct Live {
+    req: Request,
+    submitted_ns: Nanos,
+    token_times: Vec<Nanos>,
+    round_commits: Vec<u32>,
+}
+
+impl Live {
+    fn done(&self) -> bool {
+        self.token_times.len() as u32 >= self.req.max_tokens
+    }
+    fn into_record(self) -> RequestRecord {
+        RequestRecord {
+            id: self.req.id,
+            warmup: self.req.warmup,
+            input_len: self.req.input_len,
+            submitted_ns: self.submitted_ns,
+            token_times_ns: self.token_times,
+            round_commits: self.round_commits,
+        }
+    }
+}
+
+struct SimSession<'a> {
+    b: &'a SimBackend,
+    now: Nanos,
+    waiting: VecDeque<Live>,
+    running: Vec<Live>,
+}
+
+fn fail(e: SimError) -> BackendError {
+    BackendError::failed("sim", "cost model", e)
+}
+
+impl SimSession<'_> {
+    fn prefill(&mut self) -> Result<Vec<RequestRecord>, BackendError> {
+        let room = self.b.max_running as usize - self.running.len();
+        let mut batch = Vec::new();
+        let mut tokens = 0u32;
+        while batch.len() < room {
+            let Some(next) = self.waiting.front() else { break };
+            // Always admit one prompt, however long; then stay within the token budget.
+            if !batch.is_empty() && tokens + next.req.input_len > PREFILL_TOKEN_BUDGET {
+                break;
+            }
+            tokens += next.req.input_len;
+            batch.extend(self.waiting.pop_front());
+        }
+        let t = self
+            .b
+            .cost
+            .prefill_ns(batch.len() as u32, tokens, self.b.spec.is_speculative())
+            .map_err(fail)?;
+        self.now += t;
+        let mut finished = Vec::new();
+        for mut r in batch {
+            r.token_times.push(self.now);
+            if r.done() {
+                finished.push(r.into_record());
+            } else {
+                self.running.push(r);
+            }
+        }
+        Ok(finished)
+    }
+
+    fn decode_round(&mut self) -> Result<Vec<RequestRecord>, BackendError> {
+        let bs = self.running.len() as u32;
+        let speculate = self.b.speculates_at(bs);
+        let ctx_sum: u64 = self
+            .running
+            .iter()
+            .map(|r| r.req.input_len as u64 + r.token_times.len() as u64)
+            .sum();
+        let ctx = ctx_sum as f64 / bs as f64;
+        let spec = speculate.then_some(&self.b.spec);
+        let t = self.b.cost.round_ns(bs, ctx, spec).map_err(fail)?;
+        self.now += t;
+        let now = self.now;
+        for r in &mut self.running {
+            let committed = r.token_times.len() as u32;
+            let want = match (&self.b.acceptance, speculate) {
+                (Some(a), true) => a.round_commit(r.req.id, committed, &self.b.spec).max(1),
+                _ => 1,
+            };
+            let n = want.min(r.req.max_tokens - committed);
+            r.token_times.extend(std::iter::repeat_n(now, n as usize));
+            // A round that did not speculate (above disable_batch_threshold) is recorded as a
+            // round committing one token, so round commits always sum to tokens - 1.
+            if self.b.spec.is_speculative() {
+                r.round_commits.push(n);
+            }
+        }
+        let mut finished = Vec::new();
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].done() {
+                finished.push(self.running.remove(i).into_record());
+            } else {
+                i += 1;
+            }
+        }
+        finished.sort_by_key(|r| r.id);
+        Ok(finished)
+    }
+}
+
+impl Session for SimSession<'_> {
+    fn now_ns(&self) -> Nanos {
+        self.now
+    }
+
+    fn submit(&mut self, request: Request) -> Result<(), BackendError> {
+        if request.max_tokens == 0 {
+            return Err(BackendError::msg("sim", format!("request {} asks for 0 tokens", request.id)));
+        }
+        self.waiting.push_back(Live {
+            req: request,
+            submitted_ns: self.now,
+            token_times: Vec::new(),
+            round_commits: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn run_until_completion(&mut self) -> Result<Vec<RequestRecord>, BackendError> {
+        loop {
+            if self.running.is_empty() && self.waiting.is_empty() {
+                return Ok(Vec::new());
+            }
+            let finished = if !self.waiting.is_empty() && (self.running.len() as u32) < self.b.max_running {
+                self.prefill()?
+            } else {
+                self.decode_round()?
+            };
+            if !finished.is_empty() {
+                return Ok(finished);
+            }
+        }
+    }
+}

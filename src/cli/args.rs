@@ -1,0 +1,238 @@
+//! Command-line grammar.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kbench",
+    version,
+    about = "Predict and confirm EAGLE-3 speculative decoding on large MoE models",
+    long_about = "kbench runs one experiment file on a backend: `sim` predicts it in virtual time from \
+a calibrated cost model and recorded acceptance traces; `engine` runs the project's own target model \
+and EAGLE-3 draft head for real. Reports follow `sglang.bench_serving` / `vllm bench serve` key names."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run an experiment file: every concurrency level (and sweep variant) on a backend.
+    Experiment(ExperimentArgs),
+    /// Check an experiment file without running it.
+    Validate(ValidateArgs),
+    /// Acceptance traces: synthesize, summarize, convert, record.
+    #[command(subcommand)]
+    Trace(TraceCommand),
+    /// Fit a hardware profile's free parameters to measurements.
+    Calibrate(CalibrateArgs),
+    /// Create model checkpoints in the real on-disk format.
+    #[command(subcommand)]
+    Model(ModelCommand),
+    /// Generate text with the engine (optionally with EAGLE-3 speculation).
+    Generate(GenerateArgs),
+    /// CUDA kernels: compile them through NVRTC (no GPU needed).
+    #[command(subcommand)]
+    Kernels(KernelsCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ExperimentArgs {
+    /// The experiment file (TOML).
+    pub file: PathBuf,
+    /// Backend: sim (default from the file) or engine.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Concurrency levels, replacing the file's list.
+    #[arg(long, num_args = 1..)]
+    pub concurrency: Vec<i64>,
+    /// Measured requests per level.
+    #[arg(long, visible_alias = "num-requests")]
+    pub requests_per_level: Option<i64>,
+    /// Warm-up requests per level (served, not measured).
+    #[arg(long)]
+    pub warmup_requests: Option<i64>,
+    /// Output tokens per request.
+    #[arg(long)]
+    pub max_tokens: Option<i64>,
+    /// Override any field: --set speculative.num_steps=3 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Write the JSON report here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write one CSV row per level here.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Draw output throughput against concurrency (SVG) here.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Print nothing but errors (files are still written).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    pub file: PathBuf,
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TraceCommand {
+    /// Synthesize a trace from per-depth acceptance rates.
+    Synth(TraceSynthArgs),
+    /// Per-depth acceptance and expected accept length.
+    Stats(TraceStatsArgs),
+    /// Convert between the binary (.kbt) and JSONL (.jsonl) forms.
+    Convert(TraceConvertArgs),
+    /// Record a trace from the engine (target + draft).
+    Record(TraceRecordArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TraceSynthArgs {
+    /// Conditional acceptance per depth, e.g. 0.75,0.6,0.5,0.45.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub rates: Vec<f64>,
+    /// How strongly easy and hard stretches persist across positions (0 = independent).
+    #[arg(long, default_value_t = 0.0)]
+    pub burstiness: f64,
+    #[arg(long, default_value_t = 128)]
+    pub sequences: u32,
+    #[arg(long, default_value_t = 1024)]
+    pub positions: u32,
+    /// Recorded top-k per depth.
+    #[arg(long, default_value_t = 8)]
+    pub topk: u32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// What the rates are calibrated to (stored in the header).
+    #[arg(long, default_value = "synthetic")]
+    pub dataset: String,
+    #[arg(long, short)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct TraceStatsArgs {
+    pub file: PathBuf,
+    /// Configurations to evaluate, as STEPS/TOPK/DRAFT_TOKENS (repeatable).
+    #[arg(long = "config", value_name = "S/K/D")]
+    pub configs: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TraceConvertArgs {
+    pub input: PathBuf,
+    /// Output; the extension picks the form (.kbt binary, .jsonl text).
+    pub output: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct TraceRecordArgs {
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    /// Number of prompts (deterministic random token prompts) to record.
+    #[arg(long, default_value_t = 16)]
+    pub prompts: u32,
+    #[arg(long, default_value_t = 16)]
+    pub prompt_len: u32,
+    /// Target tokens generated per prompt (positions recorded).
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: u32,
+    #[arg(long, default_value_t = 5)]
+    pub depth: u32,
+    #[arg(long, default_value_t = 4)]
+    pub topk: u32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, short)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Measurement file (TOML): experiments and the numbers measured for them.
+    pub measurements: PathBuf,
+    /// Profile whose free parameters are fitted.
+    #[arg(long)]
+    pub base: PathBuf,
+    /// Where to write the fitted profile.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Write config.json, tokenizer.json and sharded safetensors with seeded random weights,
+    /// plus a matching EAGLE-3 draft in OUT/draft.
+    Init(ModelInitArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ModelInitArgs {
+    /// tiny (milliseconds per token on a CPU) or kimi-slice (full Kimi-K2.5 width).
+    #[arg(long)]
+    pub preset: String,
+    #[arg(long)]
+    pub layers: Option<u32>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// How often the draft agrees with the target: 0.0 (unrelated) to 1.0 (almost always).
+    #[arg(long, default_value_t = 0.8)]
+    pub draft_quality: f32,
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    #[arg(long)]
+    pub num_steps: Option<u32>,
+    #[arg(long)]
+    pub eagle_topk: Option<u32>,
+    #[arg(long)]
+    pub num_draft_tokens: Option<u32>,
+    #[arg(long)]
+    pub prompt: String,
+    #[arg(long, default_value_t = 32)]
+    pub max_tokens: u32,
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// greedy, target_only or exact (sampling verification when temperature > 0).
+    #[arg(long)]
+    pub verify: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KernelsCommand {
+    /// Compile every kernel in kernels/ through NVRTC for each architecture.
+    Check(KernelsCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct KernelsCheckArgs {
+    #[arg(long, value_delimiter = ',', default_value = "sm_90,sm_120")]
+    pub arch: Vec<String>,
+}

@@ -1,0 +1,163 @@
+//! `kbench experiment` and `kbench validate`.
+
+use std::io::Write;
+
+use kbench_core::atomic::write_atomic;
+use kbench_core::harness::{run_levels, LoadPlan};
+use kbench_core::report::{build_report, Report, SweepReport};
+use kbench_core::spec::{load_experiment, Variant};
+
+use super::args::{ExperimentArgs, ValidateArgs};
+use super::backends::make_backend;
+use super::error::{io_error, spec_error, CliError, CliResult};
+use super::exit;
+use super::progress::LevelProgress;
+use super::render;
+
+pub fn run(args: ExperimentArgs) -> CliResult<()> {
+    let overrides = command_line_overrides(&args)?;
+    let variants = load_experiment(&args.file, &overrides).map_err(|e| spec_error(&e))?;
+    let mut reports = Vec::with_capacity(variants.len());
+    for variant in &variants {
+        reports.push(run_variant(variant, &args)?);
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if !args.quiet {
+        for report in &reports {
+            render::table::write_report(&mut out, report)
+                .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
+        }
+        if reports.len() > 1 {
+            render::table::write_sweep_summary(&mut out, &reports)
+                .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
+        }
+        out.flush().ok();
+    }
+    write_outputs(&args, &reports)
+}
+
+fn run_variant(variant: &Variant, args: &ExperimentArgs) -> CliResult<Report> {
+    let exp = &variant.experiment;
+    let mut backend = make_backend(exp, args.backend.as_deref())?;
+    let plan = LoadPlan {
+        seed: exp.file.seed,
+        concurrency: exp.concurrency.clone(),
+        requests_per_level: exp.requests_per_level,
+        warmup_requests: exp.warmup_requests,
+        max_tokens: exp.max_tokens,
+        input_len: exp.input_len,
+    };
+    let label = match &variant.name {
+        Some(v) => format!("{} [{v}]", exp.file.name),
+        None => exp.file.name.clone(),
+    };
+    let mut progress = LevelProgress::new(label, args.quiet);
+    let levels = run_levels(backend.as_mut(), &plan, &mut progress)
+        .map_err(|e| CliError::from_chain(exit::BACKEND, &e))?;
+    progress.finish();
+    let summary = kbench_core::report::BackendSummary {
+        name: backend.name().to_string(),
+        description: backend.describe(),
+    };
+    let warnings = backend.warnings();
+    Ok(build_report(
+        exp,
+        variant.name.as_deref(),
+        summary,
+        &levels,
+        warnings,
+    ))
+}
+
+/// Command-line flags are `--set` overrides with friendlier names; they win over the file.
+fn command_line_overrides(args: &ExperimentArgs) -> CliResult<Vec<String>> {
+    let mut o = args.set.clone();
+    if let Some(b) = &args.backend {
+        o.push(format!("backend.kind=\"{b}\""));
+    }
+    if !args.concurrency.is_empty() {
+        let list: Vec<String> = args.concurrency.iter().map(|c| c.to_string()).collect();
+        o.push(format!("benchmark.concurrency=[{}]", list.join(", ")));
+    }
+    if let Some(n) = args.requests_per_level {
+        o.push(format!("benchmark.requests_per_level={n}"));
+    }
+    if let Some(n) = args.warmup_requests {
+        o.push(format!("benchmark.warmup_requests={n}"));
+    }
+    if let Some(n) = args.max_tokens {
+        if n <= 0 {
+            return Err(CliError::new(
+                exit::INVALID_INPUT,
+                format!("--max-tokens {n}: must be 1 or more"),
+            ));
+        }
+        o.push(format!("workload.max_tokens={n}"));
+    }
+    Ok(o)
+}
+
+fn write_outputs(args: &ExperimentArgs, reports: &[Report]) -> CliResult<()> {
+    if let Some(path) = &args.json {
+        let text = if reports.len() == 1 {
+            serde_json::to_string_pretty(&reports[0])
+        } else {
+            serde_json::to_string_pretty(&SweepReport {
+                format_version: kbench_core::report::REPORT_FORMAT_VERSION,
+                experiment: reports[0].experiment.name.clone(),
+                variants: reports.to_vec(),
+            })
+        }
+        .expect("reports serialize");
+        write_atomic(path, format!("{text}\n").as_bytes())
+            .map_err(|e| io_error(exit::OUTPUT, format!("writing {}", path.display()), e))?;
+    }
+    if let Some(path) = &args.csv {
+        write_atomic(path, render::csv::levels_csv(reports).as_bytes())
+            .map_err(|e| io_error(exit::OUTPUT, format!("writing {}", path.display()), e))?;
+    }
+    if let Some(path) = &args.plot {
+        write_atomic(path, render::plot::throughput_svg(reports).as_bytes())
+            .map_err(|e| io_error(exit::OUTPUT, format!("writing {}", path.display()), e))?;
+    }
+    Ok(())
+}
+
+pub fn validate(args: ValidateArgs) -> CliResult<()> {
+    let variants = load_experiment(&args.file, &args.set).map_err(|e| spec_error(&e))?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for v in &variants {
+        let e = &v.experiment;
+        let name = match &v.name {
+            Some(n) => format!("{} [{n}]", e.file.name),
+            None => e.file.name.clone(),
+        };
+        let s = &e.spec;
+        let spec = if s.is_speculative() {
+            format!(
+                "EAGLE3 steps={} topk={} draft_tokens={} {}",
+                s.num_steps,
+                s.eagle_topk,
+                s.num_draft_tokens,
+                if s.spec_v2 { "v2" } else { "v1" }
+            )
+        } else {
+            "no speculation".into()
+        };
+        writeln!(
+            out,
+            "ok: {name}: {} on {}, tp {}, {spec}, levels {:?}",
+            e.model.name, e.hardware, e.tp_size, e.concurrency
+        )
+        .map_err(|err| io_error(exit::OUTPUT, "writing to stdout", err))?;
+        for note in &e.notes {
+            writeln!(out, "  note: {note}").ok();
+        }
+        for u in &s.unsupported {
+            writeln!(out, "  unsupported by SGLang: {u}").ok();
+        }
+    }
+    Ok(())
+}

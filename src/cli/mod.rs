@@ -1,0 +1,45 @@
+//! Wiring: parse, dispatch, render, exit.
+
+mod args;
+mod backends;
+mod error;
+pub mod exit;
+mod experiment;
+mod progress;
+mod render;
+
+use clap::Parser;
+
+pub use args::Cli;
+use args::Command;
+use error::CliResult;
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { exit::USAGE } else { exit::OK };
+        }
+    };
+    match dispatch(cli) {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            e.code
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> CliResult<()> {
+    match cli.command {
+        Command::Experiment(a) => experiment::run(a),
+        Command::Validate(a) => experiment::validate(a),
+        Command::Trace(t) => backends::trace_command(t),
+        Command::Calibrate(a) => backends::calibrate(a),
+        Command::Model(m) => backends::model_command(m),
+        Command::Generate(a) => backends::generate(a),
+        Command::Kernels(k) => backends::kernels_command(k),
+    }
+}

@@ -1,0 +1,5 @@
+//! Report renderings: terminal table, CSV, SVG plot.
+
+pub mod csv;
+pub mod plot;
+pub mod table;

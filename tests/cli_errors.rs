@@ -1,0 +1,91 @@
+//! Bad input: one clear message, a non-zero exit, never a panic. Messages are pinned.
+
+mod common;
+
+use common::{kbench, BASE, SPEC};
+
+fn run_file(contents: &str, extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("exp.toml"), contents).unwrap();
+    let mut args = vec!["validate", "exp.toml"];
+    args.extend_from_slice(extra);
+    let (code, stdout, stderr) = kbench(dir.path(), &args);
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    format!("exit code: {code}\nstdout:\n{stdout}stderr:\n{stderr}")
+}
+
+#[test]
+fn malformed_toml_points_at_line_and_column() {
+    let bad = BASE.replace("tp_size = 8", "tp_size = = 8");
+    insta::assert_snapshot!(run_file(&bad, &[]));
+}
+
+#[test]
+fn unknown_key_suggests_the_right_one() {
+    let bad = SPEC.replace("num_steps = 2", "num_step = 2");
+    insta::assert_snapshot!(run_file(&bad, &[]));
+}
+
+#[test]
+fn unknown_key_from_set_suggests_the_right_one() {
+    insta::assert_snapshot!(run_file(SPEC, &["--set", "speculative.eagle_top_k=1"]));
+}
+
+#[test]
+fn chain_with_wrong_draft_token_count_names_sglang_rule() {
+    let bad = SPEC.replace("num_draft_tokens = 3", "num_draft_tokens = 5");
+    insta::assert_snapshot!(run_file(&bad, &[]));
+}
+
+#[test]
+fn spec_v2_with_tree_names_sglang_rule() {
+    let bad = SPEC
+        .replace("eagle_topk = 1", "eagle_topk = 4")
+        .replace("num_draft_tokens = 3", "num_draft_tokens = 8");
+    insta::assert_snapshot!(run_file(&bad, &[]));
+}
+
+#[test]
+fn too_many_draft_tokens_names_sglang_rule() {
+    let bad = SPEC
+        .replace("eagle_topk = 1", "eagle_topk = 2")
+        .replace("num_draft_tokens = 3", "num_draft_tokens = 9")
+        .replace("spec_v2 = true", "spec_v2 = false");
+    insta::assert_snapshot!(run_file(&bad, &[]));
+}
+
+#[test]
+fn partial_speculative_settings_name_sglang_rule() {
+    let bad = SPEC.replace("num_draft_tokens = 3\n", "").replace("eagle_topk = 1\n", "eagle_topk = 2\n");
+    insta::assert_snapshot!(run_file(&bad, &[]));
+}
+
+#[test]
+fn zero_concurrency_is_rejected() {
+    let bad = BASE.replace("concurrency = [1, 2]", "concurrency = [0, 2]");
+    insta::assert_snapshot!(run_file(&bad, &[]));
+}
+
+#[test]
+fn negative_requests_are_rejected() {
+    let bad = BASE.replace("requests_per_level = 4", "requests_per_level = -3");
+    insta::assert_snapshot!(run_file(&bad, &[]));
+}
+
+#[test]
+fn missing_experiment_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = kbench(dir.path(), &["experiment", "nope.toml"]);
+    insta::assert_snapshot!(format!("exit code: {code}\nstderr:\n{stderr}"));
+}
+
+#[test]
+fn bad_set_syntax_is_explained() {
+    insta::assert_snapshot!(run_file(BASE, &["--set", "speculative.num_steps"]));
+}
+
+#[test]
+fn unknown_model_preset_lists_the_known_ones() {
+    let bad = BASE.replace("preset = \"kimi-k2.5\"", "preset = \"kimi-k3\"");
+    insta::assert_snapshot!(run_file(&bad, &[]));
+}
