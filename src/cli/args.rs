@@ -96,24 +96,34 @@ pub enum TraceCommand {
 
 #[derive(Debug, Args)]
 pub struct TraceSynthArgs {
-    /// Conditional acceptance per depth, e.g. 0.75,0.6,0.5,0.45.
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub rates: Vec<f64>,
-    /// How strongly easy and hard stretches persist across positions (0 = independent).
-    #[arg(long, default_value_t = 0.0)]
-    pub burstiness: f64,
-    #[arg(long, default_value_t = 128)]
-    pub sequences: u32,
-    #[arg(long, default_value_t = 1024)]
-    pub positions: u32,
-    /// Recorded top-k per depth.
-    #[arg(long, default_value_t = 8)]
-    pub topk: u32,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// Start from a shipped preset's parameters (kimi-k2.5-eagle3-chat, kimi-k2.5-eagle3-math).
+    #[arg(long, conflicts_with = "params")]
+    pub preset: Option<String>,
+    /// Start from a parameter file (TOML with the generator's keys, docs/trace-format.md).
+    #[arg(long)]
+    pub params: Option<PathBuf>,
+    /// Per-depth top-1 acceptance rates, e.g. 0.75,0.73,0.72 (sets the recorded depth).
+    #[arg(long, value_delimiter = ',')]
+    pub accept: Vec<f64>,
+    /// Probability a position keeps its easy/hard regime (0 = independent positions).
+    #[arg(long)]
+    pub stickiness: Option<f64>,
+    /// How far apart the easy and hard regimes are (0..1).
+    #[arg(long)]
+    pub contrast: Option<f64>,
+    #[arg(long)]
+    pub sequences: Option<u32>,
+    #[arg(long)]
+    pub positions: Option<u32>,
+    /// Recorded top-K per depth.
+    #[arg(long)]
+    pub topk: Option<u32>,
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// What the rates are calibrated to (stored in the header).
-    #[arg(long, default_value = "synthetic")]
-    pub dataset: String,
+    #[arg(long)]
+    pub dataset: Option<String>,
+    /// Output; .kbt writes the binary form, .jsonl the text form.
     #[arg(long, short)]
     pub out: PathBuf,
 }

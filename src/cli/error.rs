@@ -7,6 +7,7 @@ use kbench_core::spec::SpecError;
 use super::exit;
 
 /// An error on its way out of the process: a message with its source chain, and the code.
+#[derive(Debug)]
 pub struct CliError {
     pub code: i32,
     pub message: String,
@@ -33,6 +34,11 @@ impl CliError {
             source = s.source();
         }
         CliError { code, message }
+    }
+
+    pub fn prefixed(mut self, what: impl fmt::Display) -> CliError {
+        self.message = format!("{what}: {}", self.message);
+        self
     }
 }
 

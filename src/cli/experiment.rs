@@ -16,11 +16,7 @@ use super::render;
 
 pub fn run(args: ExperimentArgs) -> CliResult<()> {
     let overrides = command_line_overrides(&args)?;
-    let variants = load_experiment(&args.file, &overrides).map_err(|e| spec_error(&e))?;
-    let mut reports = Vec::with_capacity(variants.len());
-    for variant in &variants {
-        reports.push(run_variant(variant, &args)?);
-    }
+    let reports = run_file(&args.file, &overrides, args.quiet)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if !args.quiet {
@@ -37,9 +33,16 @@ pub fn run(args: ExperimentArgs) -> CliResult<()> {
     write_outputs(&args, &reports)
 }
 
-fn run_variant(variant: &Variant, args: &ExperimentArgs) -> CliResult<Report> {
+/// Runs every variant of an experiment file with `--set`-style overrides: what
+/// `kbench experiment` does before rendering. Tests and benchmarks call it directly.
+pub fn run_file(path: &std::path::Path, overrides: &[String], quiet: bool) -> CliResult<Vec<Report>> {
+    let variants = load_experiment(path, overrides).map_err(|e| spec_error(&e))?;
+    variants.iter().map(|v| run_variant(v, quiet)).collect()
+}
+
+fn run_variant(variant: &Variant, quiet: bool) -> CliResult<Report> {
     let exp = &variant.experiment;
-    let mut backend = make_backend(exp, args.backend.as_deref())?;
+    let mut backend = make_backend(exp)?;
     let plan = LoadPlan {
         seed: exp.file.seed,
         concurrency: exp.concurrency.clone(),
@@ -52,7 +55,7 @@ fn run_variant(variant: &Variant, args: &ExperimentArgs) -> CliResult<Report> {
         Some(v) => format!("{} [{v}]", exp.file.name),
         None => exp.file.name.clone(),
     };
-    let mut progress = LevelProgress::new(label, args.quiet);
+    let mut progress = LevelProgress::new(label, quiet);
     let levels = run_levels(backend.as_mut(), &plan, &mut progress)
         .map_err(|e| CliError::from_chain(exit::BACKEND, &e))?;
     progress.finish();

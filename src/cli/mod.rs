@@ -2,11 +2,14 @@
 
 mod args;
 mod backends;
-mod error;
+mod calibrate;
+mod engine;
+pub mod error;
 pub mod exit;
-mod experiment;
+pub mod experiment;
 mod progress;
-mod render;
+pub mod render;
+mod trace_cmd;
 
 use clap::Parser;
 
@@ -36,10 +39,10 @@ fn dispatch(cli: Cli) -> CliResult<()> {
     match cli.command {
         Command::Experiment(a) => experiment::run(a),
         Command::Validate(a) => experiment::validate(a),
-        Command::Trace(t) => backends::trace_command(t),
-        Command::Calibrate(a) => backends::calibrate(a),
-        Command::Model(m) => backends::model_command(m),
-        Command::Generate(a) => backends::generate(a),
-        Command::Kernels(k) => backends::kernels_command(k),
+        Command::Trace(t) => trace_cmd::run(t),
+        Command::Calibrate(a) => calibrate::run(a),
+        Command::Model(m) => engine::model_command(m),
+        Command::Generate(a) => engine::generate(a),
+        Command::Kernels(k) => engine::kernels_command(k),
     }
 }

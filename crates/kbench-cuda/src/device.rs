@@ -150,6 +150,28 @@ impl CudaDevice {
         Ok(m)
     }
 
+    /// Compile (or load from the caches) and load every kernel module now, in parallel.
+    pub fn precompile(&self) -> Result<()> {
+        let arch = self.arch();
+        let res: Vec<Result<()>> = std::thread::scope(|s| {
+            let hs: Vec<_> = crate::kernels::ALL
+                .iter()
+                .map(|f| {
+                    let arch = arch.clone();
+                    s.spawn(move || crate::nvrtc::compile_cached(f, &arch).map(|_| ()))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(CudaError::Driver("compile thread panicked".into())))).collect()
+        });
+        for r in res {
+            r?;
+        }
+        for f in crate::kernels::ALL {
+            self.module(f)?;
+        }
+        Ok(())
+    }
+
     /// A kernel function; `dyn_smem` > 48 KB raises the function's dynamic shared-memory limit.
     pub fn func(&self, f: &KernelFile, name: &str, dyn_smem: usize) -> Result<CudaFunction> {
         let key = format!("{}::{name}::{dyn_smem}", f.name);

@@ -37,28 +37,37 @@ pub struct KernelCheck {
 /// Compile every kernel file through NVRTC for each arch ("sm_90", "sm_120", ...).
 /// Needs no GPU. If NVRTC cannot be found, every entry is `ok: false` with the reason.
 pub fn check_kernels(archs: &[&str]) -> Vec<KernelCheck> {
-    let mut out = Vec::new();
     let n = nvrtc::Nvrtc::get();
-    for arch in archs {
-        for f in kernels::ALL {
-            let t0 = std::time::Instant::now();
-            let (ok, log) = match &n {
-                Err(e) => (false, e.to_string()),
-                Ok(n) => match n.compile(f, arch) {
-                    Ok((_, log)) => (true, log),
-                    Err(log) => (false, log),
-                },
-            };
-            out.push(KernelCheck {
-                file: f.name.to_string(),
-                arch: arch.to_string(),
-                ok,
-                log,
-                millis: t0.elapsed().as_secs_f64() * 1e3,
-            });
+    let jobs: Vec<(&str, &kernels::KernelFile)> = archs.iter().flat_map(|a| kernels::ALL.iter().map(move |f| (*a, f))).collect();
+    // NVRTC compiles independent programs concurrently; a few threads at a time
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+    let mut out: Vec<Option<KernelCheck>> = vec![None; jobs.len()];
+    for (ci, chunk) in jobs.chunks(threads).enumerate() {
+        let res: Vec<KernelCheck> = std::thread::scope(|s| {
+            let hs: Vec<_> = chunk
+                .iter()
+                .map(|(arch, f)| {
+                    let n = &n;
+                    s.spawn(move || {
+                        let t0 = std::time::Instant::now();
+                        let (ok, log) = match n {
+                            Err(e) => (false, e.to_string()),
+                            Ok(n) => match n.compile(f, arch) {
+                                Ok((_, log)) => (true, log),
+                                Err(log) => (false, log),
+                            },
+                        };
+                        KernelCheck { file: f.name.to_string(), arch: arch.to_string(), ok, log, millis: t0.elapsed().as_secs_f64() * 1e3 }
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("nvrtc thread")).collect()
+        });
+        for (j, r) in res.into_iter().enumerate() {
+            out[ci * threads + j] = Some(r);
         }
     }
-    out
+    out.into_iter().map(|r| r.unwrap()).collect()
 }
 
 /// Where NVRTC and the headers were found (for `kbench kernels check` to print).

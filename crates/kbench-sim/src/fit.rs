@@ -27,7 +27,8 @@ pub fn nelder_mead(
         x.iter()
             .enumerate()
             .map(|(i, xi)| {
-                let u = ((xi - lo[i]) / (hi[i] - lo[i])).clamp(1e-6, 1.0 - 1e-6);
+                // Start inside the box: at a bound the logistic is flat and the search would stall.
+                let u = ((xi - lo[i]) / (hi[i] - lo[i])).clamp(0.02, 0.98);
                 (u / (1.0 - u)).ln()
             })
             .collect()

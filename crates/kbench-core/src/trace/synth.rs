@@ -151,7 +151,7 @@ pub fn synth(params: &SynthParams) -> Result<Trace, TraceError> {
     let mut rank_cdf = Vec::with_capacity(k);
     {
         let weights: Vec<f64> = (1..k)
-            .map(|j| params.sibling_decay.powi(j as i32 - 1))
+            .map(|j| pow(params.sibling_decay, j - 1))
             .collect();
         let total: f64 = weights.iter().sum();
         let inside = if k > 1 { 1.0 - params.miss_top_k } else { 0.0 };
@@ -207,6 +207,12 @@ pub fn synth(params: &SynthParams) -> Result<Trace, TraceError> {
     Ok(trace)
 }
 
+/// x^n by repeated multiplication: `powi` may be evaluated differently in debug and
+/// release builds, and the shipped traces must regenerate byte for byte in both.
+fn pow(x: f64, n: usize) -> f64 {
+    (0..n).fold(1.0, |acc, _| acc * x)
+}
+
 /// Draft top-K for one cell: a confident top-1 when the target's token is the top-1,
 /// a flatter head when it is not; the rest geometric, never above the previous entry.
 fn cell_probs(out: &mut Vec<f64>, k: usize, accepted: bool, depth: usize, u: &[f64]) {
@@ -219,11 +225,11 @@ fn cell_probs(out: &mut Vec<f64>, k: usize, accepted: bool, depth: usize, u: &[f
     };
     let rest = (1.0 - p0) * (0.55 + 0.4 * u[1]);
     let ratio = 0.3 + 0.45 * u[2];
-    let norm: f64 = (1..k).map(|j| ratio.powi(j as i32 - 1)).sum();
+    let norm: f64 = (1..k).map(|j| pow(ratio, j - 1)).sum();
     out.push(p0);
     let mut prev = p0;
     for j in 1..k {
-        let p = (rest * ratio.powi(j as i32 - 1) / norm).min(prev);
+        let p = (rest * pow(ratio, j - 1) / norm).min(prev);
         out.push(p);
         prev = p;
     }

@@ -15,6 +15,12 @@ fn arg_val(args: &[String], key: &str) -> Option<String> {
 fn open_dev() -> Result<CudaDevice, ExitCode> {
     match CudaDevice::new(0) {
         Ok(d) => {
+            let t0 = std::time::Instant::now();
+            if let Err(e) = d.precompile() {
+                println!("error: kernel compile/load failed: {e}");
+                return Err(ExitCode::from(1));
+            }
+            println!("kernels compiled/loaded for {} in {:.1} s", d.arch(), t0.elapsed().as_secs_f64());
             println!("device: {} (sm_{}{}, {} SMs, {:.1} GiB, max smem/block {} B, L2 {} MB, driver CUDA {})",
                 d.name, d.cc.0, d.cc.1, d.sm_count, d.total_mem as f64 / (1u64 << 30) as f64, d.max_smem_optin, d.l2_bytes >> 20, d.driver_version);
             Ok(d)

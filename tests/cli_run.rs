@@ -1,0 +1,93 @@
+//! The binary end to end: outputs written atomically, flags honoured, help pinned.
+
+mod common;
+
+use common::{kbench, repo_root};
+
+#[test]
+fn help_is_pinned() {
+    let (code, stdout, _) = kbench(&repo_root(), &["--help"]);
+    assert_eq!(code, 0);
+    insta::assert_snapshot!(stdout);
+}
+
+#[test]
+fn experiment_help_is_pinned() {
+    let (code, stdout, _) = kbench(&repo_root(), &["experiment", "--help"]);
+    assert_eq!(code, 0);
+    insta::assert_snapshot!(stdout);
+}
+
+#[test]
+fn writes_json_csv_and_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let csv = dir.path().join("r.csv");
+    let svg = dir.path().join("r.svg");
+    let exp = repo_root().join("experiments/topk1_v2.toml");
+    let (code, stdout, stderr) = kbench(
+        &repo_root(),
+        &[
+            "experiment",
+            exp.to_str().unwrap(),
+            "--concurrency",
+            "1",
+            "4",
+            "--num-requests",
+            "8",
+            "--json",
+            json.to_str().unwrap(),
+            "--csv",
+            csv.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("saturation"), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let levels = report["levels"].as_array().unwrap();
+    assert_eq!(levels.len(), 2);
+    for key in [
+        "concurrency", "completed", "duration_s", "output_throughput", "accept_length",
+        "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+        "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
+    ] {
+        assert!(levels[0].get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(levels[0]["completed"], 8);
+    assert!(report["reference"]["points"][0]["error_pct"].is_number());
+    assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 3);
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.trim_end().ends_with("</svg>"));
+    // No temporary files left behind.
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn quiet_prints_nothing() {
+    let exp = repo_root().join("experiments/baseline.toml");
+    let (code, stdout, stderr) = kbench(
+        &repo_root(),
+        &["experiment", exp.to_str().unwrap(), "--quiet", "--concurrency", "1", "--num-requests", "2"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "");
+}
+
+#[test]
+fn unwritable_output_fails_cleanly() {
+    let exp = repo_root().join("experiments/baseline.toml");
+    let (code, _, stderr) = kbench(
+        &repo_root(),
+        &["experiment", exp.to_str().unwrap(), "--quiet", "--concurrency", "1", "--num-requests", "2",
+          "--json", "/nonexistent-dir/r.json"],
+    );
+    assert_eq!(code, 5, "{stderr}");
+    assert!(stderr.contains("/nonexistent-dir/r.json"));
+}
