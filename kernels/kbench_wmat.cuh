@@ -58,7 +58,7 @@ __device__ __forceinline__ void wm_pass(bf16* xs, const bf16* const* xrow, const
                                         const bf16* const (&srow)[RW][2], int kbeg, int kend,
                                         float (&acc)[RW][NT][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    constexpr int UNR = INT4 ? 4 : 2;
+    constexpr int UNR = INT4 ? (NT >= 4 ? 4 : 8) : 2;  // groups loaded ahead (bytes in flight per warp)
     for (int k0 = kbeg; k0 < kend; k0 += WM_KC) {
         const int kc = min(WM_KC, kend - k0);
         __syncthreads();
@@ -94,6 +94,12 @@ __device__ __forceinline__ void wm_pass(bf16* xs, const bf16* const* xrow, const
             for (int u = 0; u < UNR; u++) {
                 if (gi + u < ng) {
                     const bf16* xg = xs + (gi + u) * 32 + 8 * t;
+                    uint2 bfr[2][NT];  // B fragments of this group, shared by the RW m-tiles
+#pragma unroll
+                    for (int s = 0; s < 2; s++)
+#pragma unroll
+                        for (int j = 0; j < NT; j++)
+                            bfr[s][j] = *reinterpret_cast<const uint2*>(xg + (j * 8 + g) * WM_XSTRIDE + 4 * s);
 #pragma unroll
                     for (int r = 0; r < RW; r++) {
                         u32 alo[4], ahi[4];
@@ -115,10 +121,8 @@ __device__ __forceinline__ void wm_pass(bf16* xs, const bf16* const* xrow, const
                             const u32 a[4] = {alo[2 * s], ahi[2 * s], alo[2 * s + 1], ahi[2 * s + 1]};
 #pragma unroll
                             for (int j = 0; j < NT; j++) {
-                                const uint2 b =
-                                    *reinterpret_cast<const uint2*>(xg + (j * 8 + g) * WM_XSTRIDE + 4 * s);
-                                if (INT4) mma_bf16_16816(tmp[j], a, b.x, b.y);
-                                else mma_bf16_16816(acc[r][j], a, b.x, b.y);
+                                if (INT4) mma_bf16_16816(tmp[j], a, bfr[s][j].x, bfr[s][j].y);
+                                else mma_bf16_16816(acc[r][j], a, bfr[s][j].x, bfr[s][j].y);
                             }
                         }
                         if (INT4) {

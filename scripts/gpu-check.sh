@@ -14,7 +14,8 @@
 #                                   target/gpu-bundle/ (carry that folder to a GPU box without cargo)
 # Environment: KBENCH_NVRTC_LIB, KBENCH_CUDA_INCLUDE (override the NVRTC search),
 #   KBENCH_GPU_BIN (folder with kbench-gpu and optionally kernels-bench), KBENCH_GPU_BUDGET_S,
-#   KBENCH_STACK_LAYERS (3), KBENCH_STACK_CONTEXT (2048), KBENCH_SKIP_CRITERION=1.
+#   KBENCH_STACK_LAYERS (3), KBENCH_STACK_CONTEXT (2048), KBENCH_SKIP_CRITERION=1,
+#   KBENCH_SKIP_SANITIZER=1.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -178,16 +179,23 @@ fi
 if [[ -n "$KB" ]]; then
     "$KB" info >>"$MACH" 2>&1 || true
     # 4. NVRTC compile of every kernel for the target arch (no GPU needed)
-    run_stage check 120 300 "$RES/check.txt" "$KB" check --arch sm_90
+    run_stage check 120 200 "$RES/check.txt" "$KB" check --arch sm_90
     # 5. GPU tests: every kernel against the f32 CPU reference (same tests as crates/kbench-cuda/tests/gpu.rs)
-    run_stage selftest 180 200 "$RES/selftest.txt" "$KB" selftest
+    run_stage selftest 180 150 "$RES/selftest.txt" "$KB" selftest --isolate
     # 6. layer stack: decode and verify at batch 1..64, profile for the simulator's calibration
     run_stage stack 170 60 "$RES/stack.txt" "$KB" stack --layers "${KBENCH_STACK_LAYERS:-3}" --context "${KBENCH_STACK_CONTEXT:-2048}" --batches 1,2,4,8,16,32,64 --reps 10 --profile "$RES/profile.toml"
     # 7. kernel table: achieved GB/s and TFLOP/s beside measured ceilings and SGLang's H200 numbers
-    run_stage bench 120 20 "$RES/bench.txt" "$KB" bench
+    run_stage bench 120 10 "$RES/bench.txt" "$KB" bench
     # 8. criterion (short)
     if [[ -n "$CB" && -z "${KBENCH_SKIP_CRITERION:-}" ]]; then
-        KBENCH_BENCH_QUICK=1 run_stage criterion 90 5 "$RES/bench.txt" "$CB" --bench
+        KBENCH_BENCH_QUICK=1 run_stage criterion 90 60 "$RES/bench.txt" "$CB" --bench
+    fi
+    # 9. with the time left: the small GPU tests under compute-sanitizer memcheck (out-of-bounds
+    #    and misaligned accesses), appended to selftest.txt
+    SAN="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1 || true)"
+    if [[ -n "$SAN" && -z "${KBENCH_SKIP_SANITIZER:-}" ]]; then
+        echo "################ compute-sanitizer memcheck (KBENCH_SELFTEST_SMALL=1)" >>"$RES/selftest.txt"
+        KBENCH_SELFTEST_SMALL=1 run_stage memcheck 150 5 "$RES/selftest.txt" "$SAN" --tool memcheck --error-exitcode 3 --print-limit 20 "$KB" selftest
     fi
 fi
 
@@ -204,7 +212,7 @@ fi
     echo "################ kernel check"
     tail -n 3 "$RES/check.txt" 2>/dev/null || true
     echo "################ GPU tests"
-    grep -E " ok | FAIL |passed|skipped|error" "$RES/selftest.txt" 2>/dev/null | cut -c1-160 || true
+    grep -E " ok | FAIL |passed|skipped|error|ERROR SUMMARY|memcheck" "$RES/selftest.txt" 2>/dev/null | cut -c1-160 || true
     echo "################ kernels (bench.txt)"
     grep -E "ceiling|^int4|^bf16_matmul M(1|16|64) N7168|^moe|^mla|ref/us" "$RES/bench.txt" 2>/dev/null | head -40 || true
     echo "################ layer stack (stack.txt; profile.toml)"

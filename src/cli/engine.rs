@@ -1,25 +1,253 @@
 //! Commands served by the native engine: `model init`, `generate`, `trace record`, the
-//! `engine` backend, and `kernels check`.
+//! `engine` backend, and `kbench kernels check`.
+
+use std::path::{Path, PathBuf};
 
 use kbench_core::backend::Backend;
-use kbench_core::spec::Experiment;
+use kbench_core::seed::rng_for;
+use kbench_core::spec::{variant_files, Experiment, VerifyMethod};
+use kbench_core::trace::{self as ktrace, ProbEncoding, TraceForm};
+use kbench_engine::{Device, EngineBackend, GenerateOptions, Model, Preset, SpecSettings, TraceOptions};
+use rand::RngExt;
 
-use super::args::{GenerateArgs, KernelsCommand, ModelCommand, TraceRecordArgs};
-use super::error::{CliError, CliResult};
+use super::args::{
+    GenerateArgs, KernelsCommand, ModelCommand, ModelInitArgs, TraceRecordArgs,
+};
+use super::error::{spec_error, CliError, CliResult};
 use super::exit;
 
-pub fn make_engine_backend(_exp: &Experiment) -> CliResult<Box<dyn Backend>> {
-    Err(CliError::new(exit::FAILURE, "engine backend: not wired yet"))
+fn engine_err(e: kbench_engine::EngineError) -> CliError {
+    CliError::from_chain(exit::INVALID_INPUT, &e)
 }
-pub fn model_command(_m: ModelCommand) -> CliResult<()> {
-    Err(CliError::new(exit::FAILURE, "kbench model: not wired yet"))
+
+pub fn make_engine_backend(exp: &Experiment) -> CliResult<Box<dyn Backend>> {
+    let mut exp = exp.clone();
+    // The model the experiment names is the one the engine serves, unless the backend
+    // section points elsewhere.
+    if exp.file.backend.model_dir.is_none() {
+        if let Some(config) = &exp.file.model.config {
+            let dir = Path::new(config).parent().unwrap_or(Path::new("."));
+            exp.file.backend.model_dir = Some(dir.display().to_string());
+        }
+    }
+    let backend = EngineBackend::new(&exp).map_err(engine_err)?;
+    Ok(Box::new(backend))
 }
-pub fn generate(_a: GenerateArgs) -> CliResult<()> {
-    Err(CliError::new(exit::FAILURE, "kbench generate: not wired yet"))
+
+/// Creates any model an experiment asks for with `[model] init` and does not have yet,
+/// so an engine experiment runs from a fresh clone.
+pub fn prepare_models(path: &Path, overrides: &[String]) -> CliResult<()> {
+    let files = variant_files(path, overrides).map_err(|e| spec_error(&e))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    for (_, file) in files {
+        let (Some(config), Some(init)) = (&file.model.config, &file.model.init) else {
+            continue;
+        };
+        let config = base.join(config);
+        if config.exists() {
+            continue;
+        }
+        let dir = config.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let preset = Preset::parse(&init.preset).map_err(engine_err)?;
+        eprintln!(
+            "creating the {} model in {} (seed {}, draft quality {}) ...",
+            init.preset,
+            dir.display(),
+            init.seed,
+            init.draft_quality
+        );
+        kbench_engine::init_model(preset, init.layers, init.seed, init.draft_quality, &dir)
+            .map_err(engine_err)?;
+    }
+    Ok(())
 }
-pub fn record_trace(_a: TraceRecordArgs) -> CliResult<()> {
-    Err(CliError::new(exit::FAILURE, "kbench trace record: not wired yet"))
+
+pub fn model_command(cmd: ModelCommand) -> CliResult<()> {
+    match cmd {
+        ModelCommand::Init(a) => model_init(a),
+    }
 }
-pub fn kernels_command(_k: KernelsCommand) -> CliResult<()> {
-    Err(CliError::new(exit::FAILURE, "kbench kernels: not wired yet"))
+
+fn model_init(a: ModelInitArgs) -> CliResult<()> {
+    let preset = Preset::parse(&a.preset).map_err(engine_err)?;
+    if !(0.0..=1.0).contains(&a.draft_quality) {
+        return Err(CliError::new(
+            exit::INVALID_INPUT,
+            format!("--draft-quality {}: must be between 0.0 and 1.0", a.draft_quality),
+        ));
+    }
+    if a.layers == Some(0) {
+        return Err(CliError::new(exit::INVALID_INPUT, "--layers 0: a model needs at least one layer"));
+    }
+    kbench_engine::init_model(preset, a.layers, a.seed, a.draft_quality, &a.out)
+        .map_err(|e| CliError::from_chain(exit::OUTPUT, &e))?;
+    println!(
+        "wrote {} model to {} (draft in {})",
+        a.preset,
+        a.out.display(),
+        a.out.join("draft").display()
+    );
+    Ok(())
+}
+
+fn verify_method(name: Option<&str>, temperature: f32) -> CliResult<VerifyMethod> {
+    Ok(match name {
+        None if temperature > 0.0 => VerifyMethod::TargetOnly,
+        None | Some("greedy") => VerifyMethod::Greedy,
+        Some("target_only") => VerifyMethod::TargetOnly,
+        Some("exact") => VerifyMethod::Exact,
+        Some(other) => {
+            return Err(CliError::new(
+                exit::INVALID_INPUT,
+                format!("--verify {other}: use greedy, target_only or exact"),
+            ))
+        }
+    })
+}
+
+/// SGLang's rules applied to command-line speculative settings.
+fn spec_settings(
+    steps: Option<u32>,
+    topk: Option<u32>,
+    draft_tokens: Option<u32>,
+    verify: VerifyMethod,
+) -> CliResult<SpecSettings> {
+    let section = kbench_core::spec::SpeculativeSection {
+        algorithm: kbench_core::spec::Algorithm::Eagle3,
+        num_steps: steps,
+        eagle_topk: topk,
+        num_draft_tokens: draft_tokens,
+        ..Default::default()
+    };
+    let s = kbench_core::spec::validate_speculative(&section).map_err(|v| {
+        CliError::new(exit::INVALID_INPUT, format!("{}: {}\n  fix: {}", v.rule, v.message, v.fix))
+    })?;
+    Ok(SpecSettings {
+        num_steps: s.num_steps,
+        eagle_topk: s.eagle_topk,
+        num_draft_tokens: s.num_draft_tokens,
+        verify,
+    })
+}
+
+pub fn generate(a: GenerateArgs) -> CliResult<()> {
+    if a.max_tokens == 0 {
+        return Err(CliError::new(exit::INVALID_INPUT, "--max-tokens 0 generates nothing"));
+    }
+    let speculative = a.draft.is_some()
+        || a.num_steps.is_some()
+        || a.eagle_topk.is_some()
+        || a.num_draft_tokens.is_some();
+    let spec = if speculative {
+        let verify = verify_method(a.verify.as_deref(), a.temperature)?;
+        Some(spec_settings(a.num_steps, a.eagle_topk, a.num_draft_tokens, verify)?)
+    } else {
+        None
+    };
+    let opts = GenerateOptions {
+        prompt: a.prompt.clone(),
+        max_tokens: a.max_tokens as usize,
+        temperature: a.temperature,
+        seed: a.seed,
+        spec,
+    };
+    let result = kbench_engine::generate(&a.model, a.draft.as_deref(), &opts).map_err(engine_err)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&result).expect("result serializes"));
+    } else {
+        println!("{}", result.text);
+        let accept = result
+            .accept_length
+            .map(|x| format!(", accept length {x:.2}"))
+            .unwrap_or_default();
+        eprintln!(
+            "{} tokens in {:.1} ms ({:.1} tok/s){accept}",
+            result.tokens.len(),
+            result.elapsed_ms,
+            result.tokens_per_s
+        );
+    }
+    Ok(())
+}
+
+pub fn record_trace(a: TraceRecordArgs) -> CliResult<()> {
+    let draft_dir: PathBuf = a.draft.clone().unwrap_or_else(|| a.model.join("draft"));
+    let model = Model::load(&a.model, Some(&draft_dir), Device::Cpu).map_err(engine_err)?;
+    let vocab = model.target.arch.vocab_size;
+    if a.prompts == 0 || a.prompt_len == 0 {
+        return Err(CliError::new(exit::INVALID_INPUT, "--prompts and --prompt-len must be 1 or more"));
+    }
+    // Prompts are random token ids, reproducible from the seed and the prompt's index.
+    let prompts: Vec<(u64, Vec<u32>)> = (0..a.prompts as u64)
+        .map(|id| {
+            let mut rng = rng_for(a.seed, "prompt", id);
+            (id, (0..a.prompt_len).map(|_| rng.random_range(0..vocab)).collect())
+        })
+        .collect();
+    let opts = TraceOptions {
+        depth: a.depth,
+        topk: a.topk,
+        max_new: a.max_tokens as usize,
+        dataset: format!("{} random-token prompts of {} tokens (seed {})", a.prompts, a.prompt_len, a.seed),
+        prob_encoding: ProbEncoding::Linear16,
+    };
+    let t = kbench_engine::record_trace(&model, &prompts, &opts).map_err(engine_err)?;
+    ktrace::write(&t, &a.out, TraceForm::from_path(&a.out))
+        .map_err(|e| CliError::from_chain(exit::OUTPUT, &e))?;
+    println!(
+        "recorded {} sequences x {} positions (depth {}, top-{}) to {}",
+        t.sequences.len(),
+        a.max_tokens,
+        a.depth,
+        a.topk,
+        a.out.display()
+    );
+    Ok(())
+}
+
+pub fn kernels_command(cmd: KernelsCommand) -> CliResult<()> {
+    let KernelsCommand::Check(a) = cmd;
+    let archs: Vec<&str> = a.arch.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
+    if let Some(bad) = archs.iter().find(|a| {
+        !(a.starts_with("sm_") && a[3..].chars().all(|c| c.is_ascii_digit() || c == 'a'))
+    }) {
+        return Err(CliError::new(
+            exit::INVALID_INPUT,
+            format!("--arch {bad}: expected a compute capability like sm_90 or sm_120"),
+        ));
+    }
+    match kbench_cuda::nvrtc_info() {
+        Ok(info) => println!("{info}"),
+        Err(why) => {
+            return Err(CliError::new(
+                exit::CHECK_FAILED,
+                format!("NVRTC not found: {why}\n  fix: pip install -r scripts/cuda-wheels.txt (or set KBENCH_NVRTC_LIB / KBENCH_CUDA_INCLUDE)"),
+            ))
+        }
+    }
+    let results = kbench_cuda::check_kernels(&archs);
+    let mut failed = 0;
+    for r in &results {
+        println!(
+            "{:<8} {:<20} {:<4} {:>8.1} ms",
+            r.arch,
+            r.file,
+            if r.ok { "ok" } else { "FAIL" },
+            r.millis
+        );
+        if !r.ok {
+            failed += 1;
+            for line in r.log.lines() {
+                println!("    {line}");
+            }
+        }
+    }
+    println!("{} kernels compiled, {failed} failed", results.len() - failed);
+    if failed > 0 {
+        return Err(CliError::new(
+            exit::CHECK_FAILED,
+            format!("{failed} of {} kernel compilations failed", results.len()),
+        ));
+    }
+    Ok(())
 }

@@ -197,23 +197,41 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
     let c = MoeConfig::kimi_k25();
     let moe = std::rc::Rc::new(MoeLayerBufs::new(dev, &c)?);
     let toks: &[usize] = if quick { &[1, 64] } else { &[1, 8, 16, 32, 64, 128] };
-    for &t in toks {
-        let (_, bal, pl) = SGLANG_MARLIN_MOE.iter().cloned().find(|x| x.0 == t).unwrap();
-        let logits = dev.upload(&rng.vec(t * c.n_experts, 3.0))?;
+    let mut moe_cases: Vec<(usize, bool)> = toks.iter().map(|&t| (t, true)).collect();
+    moe_cases.push((64, false));
+    for (t, balanced) in moe_cases {
+        let (_, bal, _pl) = SGLANG_MARLIN_MOE.iter().cloned().find(|x| x.0 == t).unwrap();
+        // balanced: token i takes experts (8i .. 8i+7) mod E, like aiconfigurator's "balanced"
+        let lg: Vec<f32> = if balanced {
+            (0..t * c.n_experts)
+                .map(|i| {
+                    let (tok, e) = (i / c.n_experts, i % c.n_experts);
+                    let hit = (0..c.top_k).any(|j| (tok * c.top_k + j) % c.n_experts == e);
+                    if hit { 8.0 + rng.sym(0.5) } else { -8.0 + rng.sym(0.5) }
+                })
+                .collect()
+        } else {
+            rng.vec(t * c.n_experts, 3.0)
+        };
+        let logits = dev.upload(&lg)?;
         let x = rand_bf16(dev, &mut rng, t * c.hidden, 1.0)?;
         let out = dev.alloc::<u16>(t * c.hidden)?;
         let sc = MoeScratch::new(dev, &c, t)?;
         let moe = moe.clone();
         let dref: &'a CudaDevice = dev;
         let p = t * c.top_k;
-        let distinct = c.n_experts as f64 * (1.0 - (1.0 - c.top_k as f64 / c.n_experts as f64).powi(t as i32));
+        let distinct = if balanced {
+            (t * c.top_k).min(c.n_experts) as f64
+        } else {
+            c.n_experts as f64 * (1.0 - (1.0 - c.top_k as f64 / c.n_experts as f64).powi(t as i32))
+        };
         let per_expert = (3 * c.hidden * c.inter) as f64 * 0.5625;
         cases.push(Case {
-            name: format!("moe int4 E384 top8 T{t} (route+experts, random routing)"),
+            name: format!("moe int4 E384 top8 T{t} {} (route+experts)", if balanced { "balanced" } else { "random" }),
             bytes: distinct * per_expert + (t * c.hidden * 4) as f64,
             flops: 2.0 * (p * 3 * c.hidden * c.inter) as f64,
-            ref_ms: Some(bal),
-            ref_name: if pl > 0.0 { "SGLang Marlin MoE (balanced)" } else { "" },
+            ref_ms: if balanced { Some(bal) } else { None },
+            ref_name: if balanced { "SGLang Marlin MoE (balanced)" } else { "" },
             run: Box::new(move || {
                 ops::moe_route(dref, &c, logits.ptr(), moe.bias.ptr(), t, &sc)?;
                 ops::moe_experts(dref, &c, x.ptr(), c.hidden, t, &moe.weights(), &sc, 0, 0, out.ptr(), c.hidden)

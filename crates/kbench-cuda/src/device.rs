@@ -218,6 +218,7 @@ impl CudaDevice {
         if grid.1 > 65535 || grid.2 > 65535 || block.0 * block.1 * block.2 > 1024 {
             return Err(CudaError::Invalid(format!("{name}: bad launch config grid {grid:?} block {block:?}")));
         }
+        self.ctx.bind_to_thread()?;
         let func = self.func(f, name, smem)?;
         let mut store: Vec<[u8; 8]> = args
             .iter()
@@ -258,6 +259,7 @@ impl CudaDevice {
         Ok(b)
     }
     pub fn fill_bytes<T>(&self, b: &DBuf<T>, v: u8) -> Result<()> {
+        self.ctx.bind_to_thread()?;
         let r = unsafe { sys::cuMemsetD8Async(b.ptr(), v, b.s.len() * std::mem::size_of::<T>(), self.stream.cu_stream()) };
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(CudaError::Driver(format!("cuMemsetD8Async: {r:?}")));
@@ -276,6 +278,7 @@ impl CudaDevice {
     }
     /// Device-to-device copy of `bytes` bytes.
     pub fn copy_d2d(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.ctx.bind_to_thread()?;
         let r = unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.stream.cu_stream()) };
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(CudaError::Driver(format!("cuMemcpyDtoDAsync: {r:?}")));
@@ -284,6 +287,7 @@ impl CudaDevice {
     }
     /// Fill `n` 32-bit words at `ptr` with `word` (weights for timing runs).
     pub fn fill_u32(&self, ptr: u64, word: u32, n: usize) -> Result<()> {
+        self.ctx.bind_to_thread()?;
         let r = unsafe { sys::cuMemsetD32Async(ptr, word, n, self.stream.cu_stream()) };
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(CudaError::Driver(format!("cuMemsetD32Async: {r:?}")));
@@ -292,6 +296,7 @@ impl CudaDevice {
     }
     /// Strided 2-D device copy: `height` rows of `width_bytes`.
     pub fn copy2d(&self, src: u64, src_pitch: usize, dst: u64, dst_pitch: usize, width_bytes: usize, height: usize) -> Result<()> {
+        self.ctx.bind_to_thread()?;
         let mut c: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
         c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
         c.srcDevice = src;

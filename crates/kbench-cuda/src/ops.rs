@@ -34,7 +34,7 @@ const KC: usize = 512; // WM_KC in kbench_wmat.cuh
 
 fn pick_splits(dev: &CudaDevice, blocks: usize, k: usize, need_per_split: usize, ws: Workspace) -> usize {
     let chunks = cdiv(k, KC);
-    let want = cdiv(2 * dev.sm_count, blocks.max(1)).min(chunks).max(1);
+    let want = cdiv(4 * dev.sm_count, blocks.max(1)).min(chunks).max(1);
     match ws {
         Some((_, cap)) if want > 1 => {
             let mut s = want.min(cap / need_per_split.max(1)).max(1);
@@ -320,10 +320,20 @@ pub struct MlaShape {
 
 /// Number of context splits for `max_kv` tokens (flash-decoding).
 pub fn mla_splits(dev: &CudaDevice, s: &MlaShape, max_kv: usize) -> usize {
+    // one 150 KB block per SM: pick the split count with the fewest waves per unit of work
+    // (ties to fewer splits), each split keeping >= 256 tokens
     let chunks = cdiv(s.q_len * s.heads, 64);
-    let base = s.batch * chunks;
-    let want = cdiv(2 * dev.sm_count, base.max(1));
-    want.min(cdiv(max_kv.max(1), 256)).clamp(1, 64)
+    let base = (s.batch * chunks).max(1);
+    let sms = dev.sm_count.max(1);
+    let max_s = cdiv(max_kv.max(1), 256).clamp(1, 64);
+    let mut best = (f64::INFINITY, 1usize);
+    for sp in 1..=max_s {
+        let cost = cdiv(base * sp, sms) as f64 / sp as f64;
+        if cost < best.0 - 1e-9 {
+            best = (cost, sp);
+        }
+    }
+    best.1
 }
 /// Floats of workspace the attention needs: (o_part, ml).
 pub fn mla_workspace(s: &MlaShape, splits: usize) -> (usize, usize) {

@@ -180,9 +180,11 @@ pub struct Yarn {
 }
 
 impl Yarn {
-    /// Kimi-K2.5 (rope_theta 50000 per its config.json; some copies say 10000).
+    /// Kimi-K2.5 as far as kbench's reference notes go (factor 64, original 4096, rope_theta
+    /// 50000; beta_fast = beta_slow = 1 and mscale = mscale_all_dim = 1 as in Kimi-K2's
+    /// config.json). The engine must take these from the checkpoint's config.json.
     pub fn kimi_k25() -> Self {
-        Yarn { rope_theta: 50000.0, factor: 64.0, original_max_position: 4096.0, beta_fast: 32.0, beta_slow: 1.0, mscale: 1.0, mscale_all_dim: 1.0 }
+        Yarn { rope_theta: 50000.0, factor: 64.0, original_max_position: 4096.0, beta_fast: 1.0, beta_slow: 1.0, mscale: 1.0, mscale_all_dim: 1.0 }
     }
 }
 

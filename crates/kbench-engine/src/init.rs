@@ -12,7 +12,10 @@
 //! `layer_gain`), so its next token is mostly a function g(current token). The draft's
 //! attention is built to attend to the current position and copy its (normalised) token
 //! embedding into the residual stream, and its lm_head is
-//! `quality * target_lm_head[d2t] + (1 - quality) * noise`: at quality 1 it predicts
+//! the target's rows `target_lm_head[d2t]`, each kept with probability `quality` and
+//! replaced by noise otherwise (its value path also subtracts
+//! the normalised incoming hidden state, which cancels the residual, so that each draft
+//! step predicts from its own input token): at quality 1 it predicts
 //! g(next token) as the target will, at quality 0 it is unrelated.
 
 use std::collections::BTreeMap;
@@ -108,7 +111,7 @@ impl Dims {
             draft_head_dim: 16,
             draft_inter: 96,
             draft_vocab: 192,
-            layer_gain: 0.25,
+            layer_gain: 0.04,
             logit_scale: 4.0,
         }
     }
@@ -137,7 +140,7 @@ impl Dims {
             draft_head_dim: 128,
             draft_inter: 18432,
             draft_vocab: 32000,
-            layer_gain: 0.25,
+            layer_gain: 0.04,
             logit_scale: 4.0,
         }
     }
@@ -233,13 +236,13 @@ pub fn plan_checkpoint(opts: &InitOptions) -> Result<CheckpointPlan> {
     Ok(Gen::new(opts)?.plan())
 }
 
-/// Creates the tiny model (seed 0, draft quality 0.8) in `dir` unless a config.json is
+/// Creates the tiny model (seed 0, draft quality 0.9) in `dir` unless a config.json is
 /// already there. Returns whether it wrote one.
 pub fn ensure_tiny_model(dir: &Path) -> Result<bool> {
     if dir.join("config.json").exists() && dir.join("draft").join("config.json").exists() {
         return Ok(false);
     }
-    init_model(Preset::Tiny, None, 0, 0.8, dir)?;
+    init_model(Preset::Tiny, None, 0, 0.9, dir)?;
     Ok(true)
 }
 
@@ -632,7 +635,7 @@ impl Gen {
         let std_in = |n: usize| 1.0 / (n as f32).sqrt();
         let bf = |name: &str, shape: Vec<usize>, fill: Fill| Job { plan: plan(name.into(), Dtype::BF16, shape), fill };
         vec![
-            bf("fc.weight", vec![h, 3 * h], Fill::Rand { std: 0.1 * std_in(3 * h) }),
+            bf("fc.weight", vec![h, 3 * h], Fill::Rand { std: std_in(3 * h) }),
             bf("midlayer.input_layernorm.weight", vec![h], Fill::Const(1.0)),
             bf("midlayer.hidden_norm.weight", vec![h], Fill::Const(1.0)),
             bf("midlayer.self_attn.q_proj.weight", vec![nh * hd, 2 * h], Fill::DraftAttn(AttnPart::Q)),
@@ -661,10 +664,14 @@ impl Gen {
             Fill::Rand { std } => rand_row(self.seed, name, row, cols, *std),
             Fill::Const(c) => vec![*c; cols],
             Fill::DraftLmHead => {
-                let t = rand_row(self.seed, &self.lm_name(), self.d2t[row] as usize, cols, self.lm_std());
-                let noise = rand_row(self.seed, name, row, cols, self.lm_std());
-                let q = self.quality;
-                t.iter().zip(&noise).map(|(a, b)| q * a + (1.0 - q) * b).collect()
+                // Each draft row is the target's row with probability `quality`, else noise:
+                // the draft's top-1 agrees with the target's about `quality` of the time.
+                let keep = rng_for(self.seed, "draft-row-kept", row as u64).random_range(0.0f32..1.0) < self.quality;
+                if keep {
+                    rand_row(self.seed, &self.lm_name(), self.d2t[row] as usize, cols, self.lm_std())
+                } else {
+                    rand_row(self.seed, name, row, cols, self.lm_std())
+                }
             }
             Fill::DraftAttn(part) => self.draft_attn_row(*part, row, cols),
             _ => vec![0.0; cols],
@@ -672,7 +679,7 @@ impl Gen {
     }
 
     /// Draft attention that attends to the current position and copies its normalised
-    /// token embedding: q = k = c * [I | 0] on the embedding half, v = [I | 0], o = I.
+    /// token embedding: q = k = c * [I | 0] on the embedding half, v = [I | -I], o = I.
     fn draft_attn_row(&self, part: AttnPart, row: usize, cols: usize) -> Vec<f32> {
         let h = self.d.hidden;
         let (nh, nkv, hd) = (self.d.draft_heads, self.d.draft_kv_heads, self.d.draft_head_dim);
@@ -694,8 +701,12 @@ impl Gen {
                 }
             }
             AttnPart::V => {
+                // v = norm(embedding) - norm(hidden): with the residual (the hidden, whose
+                // rms is ~1 by construction of fc and of this layer) the layer's output is
+                // ~ the new token's normalised embedding, whatever came before.
                 if row < h {
                     v[row] = 1.0;
+                    v[h + row] = -1.0;
                 }
             }
             AttnPart::O => {

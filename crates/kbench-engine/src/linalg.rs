@@ -79,46 +79,49 @@ impl Linear {
 fn rows_kernel(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize, yt: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
-            unsafe { rows_kernel_avx2(lin, x, m, r0, rows, yt) };
+        if lin.inp % 32 == 0 && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports AVX2 and FMA (checked just above); slices are indexed
+            // within bounds checked by the caller's shapes (inp % 32 == 0).
+            unsafe { avx2::rows_kernel(lin, x, m, r0, rows, yt) };
             return;
         }
     }
     rows_kernel_generic(lin, x, m, r0, rows, yt)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn rows_kernel_avx2(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize, yt: &mut [f32]) {
-    rows_kernel_generic(lin, x, m, r0, rows, yt)
-}
-
-#[inline(always)]
+/// Portable kernel: the same algebra as the AVX2 one (8 lanes, fused multiply-adds, 32-wide
+/// blocks summed in two chains, block b into accumulator b % 4, INT4 block sums scaled once
+/// per block), so results on one machine never depend on M.
 fn rows_kernel_generic(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize, yt: &mut [f32]) {
     let inp = lin.inp;
-    let mut acc = vec![[0f32; 8]; m];
+    let mut acc = vec![[[0f32; 8]; 4]; m];
     let mut tail = vec![0f32; m];
     let mut wf = [0f32; 32];
     let full = inp / 32;
     for rr in 0..rows {
         let r = r0 + rr;
-        acc.iter_mut().for_each(|a| *a = [0.0; 8]);
+        acc.iter_mut().for_each(|a| *a = [[0.0; 8]; 4]);
         tail.iter_mut().for_each(|t| *t = 0.0);
         match &lin.w {
             Weight::Bf16(w) => {
                 let row = &w.as_slice()[r * inp..(r + 1) * inp];
                 for b in 0..full {
-                    let src = &row[b * 32..b * 32 + 32];
                     for i in 0..32 {
-                        wf[i] = bf16_to_f32(src[i]);
+                        wf[i] = bf16_to_f32(row[b * 32 + i]);
                     }
-                    accumulate(&wf, x, inp, b * 32, &mut acc);
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        let xs = &x[i * inp + b * 32..i * inp + b * 32 + 32];
+                        let g = block_dot(&wf, xs);
+                        let a = &mut a[b % 4];
+                        for l in 0..8 {
+                            a[l] += g[l];
+                        }
+                    }
                 }
                 for c in full * 32..inp {
                     let wv = bf16_to_f32(row[c]);
                     for (i, t) in tail.iter_mut().enumerate() {
-                        *t += wv * x[i * inp + c];
+                        *t = wv.mul_add(x[i * inp + c], *t);
                     }
                 }
             }
@@ -128,31 +131,121 @@ fn rows_kernel_generic(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize
                 let sc = &scales.as_slice()[r * inp / group..(r + 1) * inp / group];
                 for b in 0..full {
                     let s = bf16_to_f32(sc[b * 32 / group]);
-                    let wd = &words[b * 4..b * 4 + 4];
                     for k in 0..4 {
-                        let word = wd[k];
+                        let word = words[b * 4 + k];
                         for j in 0..8 {
-                            wf[k * 8 + j] = (((word >> (4 * j)) & 0xF) as i32 - 8) as f32 * s;
+                            wf[k * 8 + j] = (((word >> (4 * j)) & 0xF) as i32 - 8) as f32;
                         }
                     }
-                    accumulate(&wf, x, inp, b * 32, &mut acc);
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        let xs = &x[i * inp + b * 32..i * inp + b * 32 + 32];
+                        let g = block_dot(&wf, xs);
+                        let a = &mut a[b % 4];
+                        for l in 0..8 {
+                            a[l] = s.mul_add(g[l], a[l]);
+                        }
+                    }
                 }
             }
         }
         for i in 0..m {
-            let a = &acc[i];
-            yt[rr * m + i] = (((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))) + tail[i];
+            yt[rr * m + i] = hsum_acc(&acc[i]) + tail[i];
         }
     }
 }
 
+/// (w0*x0 + w1*x1) + (w2*x2 + w3*x3) over four 8-lane chunks, fused multiply-adds.
 #[inline(always)]
-fn accumulate(wf: &[f32; 32], x: &[f32], inp: usize, off: usize, acc: &mut [[f32; 8]]) {
-    for (i, a) in acc.iter_mut().enumerate() {
-        let xs = &x[i * inp + off..i * inp + off + 32];
-        for c in 0..4 {
-            for l in 0..8 {
-                a[l] += wf[c * 8 + l] * xs[c * 8 + l];
+fn block_dot(w: &[f32; 32], x: &[f32]) -> [f32; 8] {
+    let mut g = [0f32; 8];
+    for l in 0..8 {
+        let a = w[8 + l].mul_add(x[8 + l], w[l] * x[l]);
+        let b = w[24 + l].mul_add(x[24 + l], w[16 + l] * x[16 + l]);
+        g[l] = a + b;
+    }
+    g
+}
+
+#[inline(always)]
+fn hsum_acc(a: &[[f32; 8]; 4]) -> f32 {
+    let mut v = [0f32; 8];
+    for l in 0..8 {
+        v[l] = (a[0][l] + a[1][l]) + (a[2][l] + a[3][l]);
+    }
+    hsum8(&v)
+}
+
+#[inline(always)]
+fn hsum8(a: &[f32; 8]) -> f32 {
+    ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{hsum8, Linear, Weight};
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block_dot(w: &[__m256; 4], xs: *const f32) -> __m256 {
+        let a = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xs.add(8)), _mm256_mul_ps(w[0], _mm256_loadu_ps(xs)));
+        let b = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xs.add(24)), _mm256_mul_ps(w[2], _mm256_loadu_ps(xs.add(16))));
+        _mm256_add_ps(a, b)
+    }
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows_kernel(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize, yt: &mut [f32]) {
+        let inp = lin.inp;
+        let full = inp / 32;
+        let mut acc: Vec<[__m256; 4]> = vec![[_mm256_setzero_ps(); 4]; m];
+        let xp = x.as_ptr();
+        let shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        let mask = _mm256_set1_epi32(0xF);
+        let eight = _mm256_set1_epi32(8);
+        for rr in 0..rows {
+            let r = r0 + rr;
+            for a in acc.iter_mut() {
+                *a = [_mm256_setzero_ps(); 4];
+            }
+            match &lin.w {
+                Weight::Bf16(w) => {
+                    let row = w.as_slice()[r * inp..(r + 1) * inp].as_ptr();
+                    for b in 0..full {
+                        let mut wv = [_mm256_setzero_ps(); 4];
+                        for (c, v) in wv.iter_mut().enumerate() {
+                            let h = _mm_loadu_si128(row.add(b * 32 + c * 8) as *const __m128i);
+                            *v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+                        }
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            let g = block_dot(&wv, xp.add(i * inp + b * 32));
+                            a[b % 4] = _mm256_add_ps(a[b % 4], g);
+                        }
+                    }
+                }
+                Weight::Int4 { packed, scales, group } => {
+                    let group = *group;
+                    let words = packed.as_slice()[r * inp / 8..(r + 1) * inp / 8].as_ptr();
+                    let sc = &scales.as_slice()[r * inp / group..(r + 1) * inp / group];
+                    for b in 0..full {
+                        let s = _mm256_set1_ps(super::bf16_to_f32(sc[b * 32 / group]));
+                        let mut q = [_mm256_setzero_ps(); 4];
+                        for (k, v) in q.iter_mut().enumerate() {
+                            let wd = _mm256_set1_epi32(*words.add(b * 4 + k) as i32);
+                            let n = _mm256_sub_epi32(_mm256_and_si256(_mm256_srlv_epi32(wd, shifts), mask), eight);
+                            *v = _mm256_cvtepi32_ps(n);
+                        }
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            let g = block_dot(&q, xp.add(i * inp + b * 32));
+                            a[b % 4] = _mm256_fmadd_ps(s, g, a[b % 4]);
+                        }
+                    }
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                let v = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+                let mut lanes = [0f32; 8];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), v);
+                yt[rr * m + i] = hsum8(&lanes) + 0.0;
             }
         }
     }

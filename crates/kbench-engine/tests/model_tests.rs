@@ -34,7 +34,8 @@ fn int4_quantisation_matches_compressed_tensors_layout() {
     assert_eq!((packed[0] >> 8) & 0xF, 8);
     assert_eq!((packed[0] >> 24) & 0xF, 15);
     assert_eq!(packed[0] >> 28, 7);
-    // Quantise / dequantise error is at most half a step per group.
+    // Quantise / dequantise error is at most half a step per group (plus the clamp of
+    // +absmax to 7 steps when the BF16 scale rounded down).
     let mut rng = kbench_core::seed::rng_for(1, "q", 0);
     let (out, inp) = (8, 64);
     let w: Vec<f32> = (0..out * inp).map(|_| rng.random_range(-1.0f32..1.0)).collect();
@@ -43,7 +44,7 @@ fn int4_quantisation_matches_compressed_tensors_layout() {
     for r in 0..out {
         for c in 0..inp {
             let step = kbench_engine::st::bf16_to_f32(s[r * 2 + c / 32]);
-            assert!((w[r * inp + c] - d[r * inp + c]).abs() <= step * 0.51 + 1e-6);
+            assert!((w[r * inp + c] - d[r * inp + c]).abs() <= step * 0.56 + 1e-6);
         }
     }
     // The INT4 kernel equals a plain matmul over the dequantised weights.
@@ -216,6 +217,53 @@ fn chain_trace_replay_reproduces_engine_accept_lengths() {
                 }
                 pos += c as usize;
             }
+        }
+    }
+}
+
+/// Tree replay (trace recorded along the target's path) against the engine's real trees:
+/// prints the error figures quoted in docs/engine.md and checks they stay small.
+#[test]
+fn tree_trace_replay_error_vs_engine() {
+    use kbench_core::trace::{replay_commit, OffPath, ProbEncoding};
+    use kbench_engine::trace::{record_trace, TraceOptions};
+    let max_new = 64;
+    for quality in [0.6f32, 0.9] {
+        let model = common::tiny_model(41, quality);
+        let prompts: Vec<(u64, Vec<u32>)> = (0..6).map(|i| (i, common::prompt(400 + i, 10, 256))).collect();
+        let trace = record_trace(&model, &prompts, &TraceOptions { depth: 5, topk: 4, max_new, dataset: "test".into(), prob_encoding: ProbEncoding::Linear16 }).unwrap();
+        for (steps, topk, ndt) in [(3u32, 2u32, 4u32), (3, 4, 8), (5, 4, 8), (4, 2, 6)] {
+            let cfg = SpecSettings { num_steps: steps, eagle_topk: topk, num_draft_tokens: ndt, verify: VerifyMethod::Greedy };
+            let shape = TreeShape::new(steps, topk, ndt).unwrap();
+            let seqs = run_batch(&model, prompts.clone(), max_new, 0.0, 0, Some(&cfg)).unwrap();
+            let mut line = format!("quality {quality} ({steps},{topk},{ndt}):");
+            for off in [OffPath::Proxy, OffPath::Optimistic, OffPath::Pessimistic] {
+                let (mut n, mut exact, mut abs, mut eng, mut rep) = (0usize, 0usize, 0i64, 0u64, 0u64);
+                for (si, s) in seqs.iter().enumerate() {
+                    let mut pos = 1usize;
+                    for &c in &s.round_commits {
+                        let want = replay_commit(&trace, si, pos, &shape, off);
+                        if pos + want as usize <= max_new && pos + c as usize <= max_new {
+                            n += 1;
+                            exact += (c == want) as usize;
+                            abs += (c as i64 - want as i64).abs();
+                            eng += c as u64;
+                            rep += want as u64;
+                        }
+                        pos += c as usize;
+                    }
+                }
+                let (al_e, al_r) = (eng as f64 / n as f64, rep as f64 / n as f64);
+                line += &format!(
+                    " {off:?}: exact {:.1}% mean|err| {:.3} AL engine {al_e:.3} replay {al_r:.3};",
+                    100.0 * exact as f64 / n as f64,
+                    abs as f64 / n as f64
+                );
+                if off == OffPath::Proxy {
+                    assert!((al_e - al_r).abs() < 0.35, "{line}");
+                }
+            }
+            println!("{line}");
         }
     }
 }

@@ -181,6 +181,10 @@ impl Problem {
     }
 
     fn objective(&self, x: &[f64], skip: Option<usize>) -> f64 {
+        // Outside the physical constraints (profile validation) the objective is infinite.
+        if self.profile_at(x).validate().is_err() {
+            return f64::MAX;
+        }
         let Ok(pred) = self.predict(x) else { return f64::MAX };
         let mut s = 0.0;
         for (i, ((_, pt), p)) in self.points.iter().zip(&pred).enumerate() {
@@ -366,6 +370,7 @@ pub fn run_with(
         max_abs_rel_error,
         loo_rms_rel_error,
     });
+    out.validate()?;
     write_profile(&out, out_path, base_profile_path)?;
     Ok(CalibrationReport {
         measurements: measurements_path.display().to_string(),

@@ -538,10 +538,15 @@ impl CostModel {
     }
 }
 
+/// `serial`: gpu + host (v1). `overlap`: max(gpu, host) (plain decode, overlap scheduler).
+/// `overlap+sync` (v2): max(gpu, host) + sync, the sync being the gap neither side can fill;
+/// it is capped at the shorter side's work (an exposed tail cannot be longer than the work it
+/// tails), which with sync <= spec_round_us keeps v2 never slower than v1 per round.
 fn combine_round(gpu: f64, host: f64, combine: &str, sync: f64) -> f64 {
     match combine {
         "serial" => gpu + host,
-        _ => gpu.max(host) + sync,
+        "overlap" => gpu.max(host),
+        _ => gpu.max(host) + sync.min(gpu).min(host),
     }
 }
 

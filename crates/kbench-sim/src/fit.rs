@@ -3,7 +3,6 @@
 
 pub struct FitResult {
     pub x: Vec<f64>,
-    pub value: f64,
     pub evaluations: u32,
 }
 
@@ -83,7 +82,6 @@ pub fn nelder_mead(
     simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
     FitResult {
         x: to_x(&simplex[0].0),
-        value: simplex[0].1,
         evaluations: evals,
     }
 }

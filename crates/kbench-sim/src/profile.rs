@@ -100,8 +100,9 @@ pub struct HostSection {
     pub spec_round_us: Param,
     /// Per request per speculative round, microseconds.
     pub spec_per_request_us: Param,
-    /// What v2's overlap cannot remove per round (the one device-to-host sync of accept
-    /// lengths), microseconds.
+    /// What v2's overlap cannot remove per round (the device-to-host sync of accept lengths
+    /// and the launch of the next round), microseconds; part of the round's host work, so at
+    /// most `spec_round_us`.
     pub v2_sync_us: Param,
 }
 
@@ -255,6 +256,21 @@ impl HardwareProfile {
             return Err(bad(format!(
                 "efficiency.in_model = {} is outside the physical range [0.5, 5]",
                 self.efficiency.in_model.value
+            )));
+        }
+        // v2's unremovable sync is part of the per-round host work it otherwise overlaps, and
+        // v2 does no more per-request host work than v1: together these make v2 never slower
+        // than v1 per round, by construction.
+        if self.host.v2_sync_us.value > self.host.spec_round_us.value {
+            return Err(bad(format!(
+                "host.v2_sync_us = {} exceeds host.spec_round_us = {} (the sync is part of the round's host work)",
+                self.host.v2_sync_us.value, self.host.spec_round_us.value
+            )));
+        }
+        if self.host.decode_per_request_us.value > self.host.spec_per_request_us.value {
+            return Err(bad(format!(
+                "host.decode_per_request_us = {} exceeds host.spec_per_request_us = {} (v1 does at least the plain scheduler's per-request work)",
+                self.host.decode_per_request_us.value, self.host.spec_per_request_us.value
             )));
         }
         if let Some(t) = &self.optables {

@@ -111,7 +111,8 @@ impl Backend for SimBackend {
             .unwrap_or_default();
         let p = &self.cost.profile;
         format!(
-            "sim: cost model on `{}` ({}){}{}",
+            "sim: `{}` on cost model `{}` ({}){}{}",
+            self.name,
             p.name,
             self.cost.tables_origin(),
             p.calibration.as_ref().map(|c| format!(", calibrated to {}", c.measurements)).unwrap_or_default(),

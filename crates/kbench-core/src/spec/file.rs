@@ -42,6 +42,26 @@ pub struct ModelSection {
     /// A HF `config.json`, relative to the experiment file.
     #[serde(default)]
     pub config: Option<String>,
+    /// If `config` does not exist yet, kbench creates the model there (`kbench model init`).
+    #[serde(default)]
+    pub init: Option<ModelInitSection>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelInitSection {
+    /// `tiny` or `kimi-slice`.
+    pub preset: String,
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default = "default_draft_quality")]
+    pub draft_quality: f32,
+    #[serde(default)]
+    pub layers: Option<u32>,
+}
+
+fn default_draft_quality() -> f32 {
+    0.8
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -30,6 +30,53 @@ pub fn load_experiment_str(
     path: &Path,
     overrides: &[String],
 ) -> Result<Vec<Variant>, SpecError> {
+    let base_dir = path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    variant_files_str(text, path, overrides)?
+        .into_iter()
+        .map(|(name, file)| {
+            let experiment = resolve(file, path, &base_dir).map_err(|e| match (&name, e) {
+                (
+                    Some(variant),
+                    SpecError::Invalid {
+                        path,
+                        rule,
+                        message,
+                        fix,
+                    },
+                ) => SpecError::Invalid {
+                    path,
+                    rule,
+                    message: format!("sweep variant `{variant}`: {message}"),
+                    fix,
+                },
+                (_, other) => other,
+            })?;
+            Ok(Variant { name, experiment })
+        })
+        .collect()
+}
+
+/// The file as written, per variant, with overrides applied but nothing resolved: for
+/// callers that must prepare inputs (e.g. create a model directory) before resolution.
+pub fn variant_files(
+    path: &Path,
+    overrides: &[String],
+) -> Result<Vec<(Option<String>, ExperimentFile)>, SpecError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    variant_files_str(&text, path, overrides)
+}
+
+fn variant_files_str(
+    text: &str,
+    path: &Path,
+    overrides: &[String],
+) -> Result<Vec<(Option<String>, ExperimentFile)>, SpecError> {
     // Deserializing the text directly (not a Value) keeps spans for schema errors.
     let _: ExperimentFile = toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
     let mut table: toml::Table = toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
@@ -37,15 +84,8 @@ pub fn load_experiment_str(
         apply_override(&mut table, assignment)?;
     }
     let base = parse_table(&table, path).map_err(|e| name_override_section(e, overrides))?;
-    let base_dir = path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
     let Some(sweep) = base.sweep.clone() else {
-        return Ok(vec![Variant {
-            name: None,
-            experiment: resolve(base, path, &base_dir)?,
-        }]);
+        return Ok(vec![(None, base)]);
     };
     if sweep.variants.is_empty() {
         return Err(SpecError::Invalid {
@@ -71,24 +111,7 @@ pub fn load_experiment_str(
             apply_override(&mut t, assignment)?;
         }
         let file = parse_table(&t, path).map_err(|e| name_override_section(e, overrides))?;
-        let experiment = resolve(file, path, &base_dir).map_err(|e| match e {
-            SpecError::Invalid {
-                path,
-                rule,
-                message,
-                fix,
-            } => SpecError::Invalid {
-                path,
-                rule,
-                message: format!("sweep variant `{}`: {message}", variant.name),
-                fix,
-            },
-            other => other,
-        })?;
-        out.push(Variant {
-            name: Some(variant.name.clone()),
-            experiment,
-        });
+        out.push((Some(variant.name.clone()), file));
     }
     Ok(out)
 }

@@ -1,7 +1,7 @@
 //! kbench-gpu: the GPU check driver used by scripts/gpu-check.sh.
 //!   kbench-gpu info
 //!   kbench-gpu check [--arch sm_90,sm_120]
-//!   kbench-gpu selftest [FILTER] [--seed N]
+//!   kbench-gpu selftest [FILTER | =NAME] [--seed N] [--isolate]
 //!   kbench-gpu bench [--quick]
 //!   kbench-gpu stack [--layers 3] [--context 2048] [--batches 1,2,4,8,16,32,64] [--reps 10] [--profile FILE]
 //! Exit status: 0 ok (or skipped without a GPU), 1 failures, 2 usage.
@@ -67,6 +67,42 @@ fn main() -> ExitCode {
                 }
             }
             println!("{} of {} kernel compilations ok", res.len() - bad, res.len());
+            if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        }
+        "selftest" if args.iter().any(|a| a == "--isolate") => {
+            // one process per test: a sticky device error (e.g. an illegal address) in one test
+            // cannot fail the others
+            if let Err(c) = open_dev() {
+                return c;
+            }
+            let exe = std::env::current_exe().expect("current exe");
+            let seed = arg_val(&args, "--seed").unwrap_or_else(|| "1".into());
+            let mut bad = 0;
+            for (name, _) in selftest::TESTS {
+                let out = std::process::Command::new(&exe).args(["selftest", &format!("={name}"), "--seed", &seed]).output();
+                match out {
+                    Ok(o) => {
+                        let text = String::from_utf8_lossy(&o.stdout);
+                        let line = text.lines().find(|l| l.starts_with(name)).map(|l| l.to_string());
+                        match line {
+                            Some(l) => println!("{l}"),
+                            None => println!("{name:<20} FAIL  (no result; exit {:?}) {}", o.status.code(), text.lines().last().unwrap_or("")),
+                        }
+                        if !o.status.success() {
+                            bad += 1;
+                            let err = String::from_utf8_lossy(&o.stderr);
+                            if !err.trim().is_empty() {
+                                println!("  stderr: {}", err.trim().lines().take(5).collect::<Vec<_>>().join(" | "));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        bad += 1;
+                        println!("{name:<20} FAIL  could not start: {e}");
+                    }
+                }
+            }
+            println!("{} of {} GPU tests passed (isolated)", selftest::TESTS.len() - bad, selftest::TESTS.len());
             if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) }
         }
         "selftest" => {

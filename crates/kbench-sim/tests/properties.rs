@@ -1,0 +1,125 @@
+//! Properties of the simulator: conservation, determinism, monotonicity in acceptance,
+//! v2 never slower than v1. Small workloads and modest case counts keep them fast in debug.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kbench_core::acceptance::AcceptanceModel;
+use kbench_core::backend::RequestRecord;
+use kbench_core::harness::{run_levels, LevelResult, NoProgress};
+use kbench_core::spec::{load_experiment_str, Experiment};
+use kbench_sim::acceptance::{ConstantAcceptance, DepthRateAcceptance};
+use kbench_sim::predict::load_plan;
+use kbench_sim::SimBackend;
+use proptest::prelude::*;
+
+fn experiment(spec: &str, levels: &str, max_tokens: u32, input_len: u32) -> Experiment {
+    let draft = if spec.contains("EAGLE3") { "[draft]\npreset = \"kimi-k2.5-eagle3\"\n" } else { "" };
+    let text = format!(
+        "name = \"t\"\nseed = 7\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-rtx-pro-6000-server\"\n\
+         [server]\ntp_size = 8\n{draft}[speculative]\n{spec}\n[workload]\nmax_tokens = {max_tokens}\ninput_len = {input_len}\n\
+         [benchmark]\nconcurrency = {levels}\nrequests_per_level = 6\nwarmup_requests = 1\n"
+    );
+    load_experiment_str(&text, Path::new("test.toml"), &[]).unwrap().remove(0).experiment
+}
+
+fn run(exp: &Experiment, acc: Arc<dyn AcceptanceModel>) -> Vec<LevelResult> {
+    let mut b = SimBackend::new(exp, Some(acc)).unwrap();
+    run_levels(&mut b, &load_plan(exp), &mut NoProgress).unwrap()
+}
+
+fn records(levels: &[LevelResult]) -> Vec<RequestRecord> {
+    levels.iter().flat_map(|l| l.records.clone()).collect()
+}
+
+const CHAIN_V1: &str = "algorithm = \"EAGLE3\"\nnum_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = false";
+const CHAIN_V2: &str = "algorithm = \"EAGLE3\"\nnum_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = true";
+const TREE_V1: &str = "algorithm = \"EAGLE3\"\nnum_steps = 3\neagle_topk = 4\nnum_draft_tokens = 8";
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    #[test]
+    fn tokens_are_conserved(max_tokens in 1u32..40, input_len in 1u32..600, seed in 0u64..1000, which in 0usize..4) {
+        let spec = ["algorithm = \"none\"", CHAIN_V1, CHAIN_V2, TREE_V1][which];
+        let exp = experiment(spec, "[1, 3, 8]", max_tokens, input_len);
+        let levels = run(&exp, Arc::new(DepthRateAcceptance::kimi_chat(seed)));
+        for r in records(&levels) {
+            prop_assert_eq!(r.output_tokens(), max_tokens);
+            prop_assert!(r.token_times_ns.windows(2).all(|w| w[0] <= w[1]));
+            prop_assert!(r.token_times_ns[0] > r.submitted_ns);
+            if exp.spec.is_speculative() {
+                prop_assert_eq!(r.round_commits.iter().sum::<u32>(), max_tokens - 1);
+                prop_assert!(r.round_commits.iter().all(|&c| c >= 1 && c <= exp.spec.num_steps + 1));
+            } else {
+                prop_assert!(r.round_commits.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn higher_acceptance_never_predicts_lower_throughput(accept in 1u32..3, input_len in 16u32..600) {
+        let exp = experiment(TREE_V1, "[1, 4, 16]", 60, input_len);
+        let lo = run(&exp, Arc::new(ConstantAcceptance(accept)));
+        let hi = run(&exp, Arc::new(ConstantAcceptance(accept + 1)));
+        for (a, b) in lo.iter().zip(&hi) {
+            prop_assert!(b.metrics.output_throughput >= a.metrics.output_throughput,
+                "C={}: accept {} -> {:.2}, accept {} -> {:.2}", a.concurrency, accept,
+                a.metrics.output_throughput, accept + 1, b.metrics.output_throughput);
+        }
+    }
+
+    #[test]
+    fn v2_is_never_slower_than_v1(seed in 0u64..1000, input_len in 16u32..600) {
+        let acc: Arc<dyn AcceptanceModel> = Arc::new(DepthRateAcceptance::kimi_chat(seed));
+        let v1 = run(&experiment(CHAIN_V1, "[1, 4, 16, 64]", 50, input_len), Arc::clone(&acc));
+        let v2 = run(&experiment(CHAIN_V2, "[1, 4, 16, 64]", 50, input_len), acc);
+        for (a, b) in v1.iter().zip(&v2) {
+            prop_assert!(b.metrics.output_throughput >= a.metrics.output_throughput * (1.0 - 1e-12),
+                "C={}: v1 {:.2} > v2 {:.2}", a.concurrency, a.metrics.output_throughput, b.metrics.output_throughput);
+        }
+    }
+}
+
+#[test]
+fn two_runs_are_identical() {
+    let exp = experiment(TREE_V1, "[1, 5, 12]", 40, 300);
+    let a = run(&exp, Arc::new(DepthRateAcceptance::kimi_chat(3)));
+    let b = run(&exp, Arc::new(DepthRateAcceptance::kimi_chat(3)));
+    assert_eq!(records(&a), records(&b));
+    let (ma, mb): (Vec<_>, Vec<_>) = (a.iter().map(|l| &l.metrics).collect(), b.iter().map(|l| &l.metrics).collect());
+    assert_eq!(ma, mb);
+}
+
+#[test]
+fn speculation_without_acceptance_is_an_error() {
+    let exp = experiment(CHAIN_V2, "[1]", 10, 10);
+    let e = SimBackend::new(&exp, None).err().expect("needs acceptance").to_string();
+    assert!(e.contains("acceptance"), "{e}");
+}
+
+#[test]
+fn bad_profile_names_file_and_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(&p, "name = \"x\"\n[gpu]\nname = \"g\"\ncount = 1\n").unwrap();
+    let e = kbench_sim::HardwareProfile::from_file(&p).unwrap_err().to_string();
+    assert!(e.contains("bad.toml"), "{e}");
+    let missing = kbench_sim::HardwareProfile::from_file(&dir.path().join("none.toml")).unwrap_err().to_string();
+    assert!(missing.contains("none.toml"), "{missing}");
+}
+
+#[test]
+fn breakdown_sums_to_round_time() {
+    let exp = experiment(TREE_V1, "[1]", 10, 512);
+    let b = SimBackend::new(&exp, Some(Arc::new(ConstantAcceptance(2)))).unwrap();
+    for bs in [1, 8, 48] {
+        let r = b.explain_round(bs, 600.0).unwrap();
+        let ns = b.cost_model().round_ns(bs, 600.0, Some(b.spec())).unwrap() as f64;
+        assert!((r.total_us * 1e3 - ns).abs() <= 1.0, "{} vs {}", r.total_us * 1e3, ns);
+        for p in &r.passes {
+            let items: f64 = p.gpu_us.values().sum();
+            assert!((items - p.gpu_total_us).abs() < 1e-6 * p.gpu_total_us.max(1.0), "{items} vs {}", p.gpu_total_us);
+        }
+    }
+}
