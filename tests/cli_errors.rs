@@ -89,3 +89,58 @@ fn unknown_model_preset_lists_the_known_ones() {
     let bad = BASE.replace("preset = \"kimi-k2.5\"", "preset = \"kimi-k3\"");
     insta::assert_snapshot!(run_file(&bad, &[]));
 }
+
+fn run_with_trace(trace_bytes: Option<Vec<u8>>) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("exp.toml"), SPEC).unwrap();
+    if let Some(bytes) = trace_bytes {
+        std::fs::write(dir.path().join("trace.kbt"), bytes).unwrap();
+    }
+    let (code, stdout, stderr) = kbench(dir.path(), &["experiment", "exp.toml", "--json", "out.json"]);
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    assert!(!dir.path().join("out.json").exists(), "a failed run left a report");
+    format!("exit code: {code}\nstdout:\n{stdout}stderr:\n{stderr}")
+}
+
+fn shipped_trace() -> Vec<u8> {
+    std::fs::read(common::repo_root().join("traces/kimi-k2.5-eagle3-chat.synth.kbt")).unwrap()
+}
+
+#[test]
+fn missing_trace_is_named() {
+    insta::assert_snapshot!(run_with_trace(None));
+}
+
+#[test]
+fn truncated_trace_says_where() {
+    let mut bytes = shipped_trace();
+    bytes.truncate(bytes.len() / 3);
+    insta::assert_snapshot!(run_with_trace(Some(bytes)));
+}
+
+#[test]
+fn corrupt_trace_fails_its_checksum() {
+    let mut bytes = shipped_trace();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x5a;
+    insta::assert_snapshot!(run_with_trace(Some(bytes)));
+}
+
+#[test]
+fn not_a_trace_is_recognised() {
+    insta::assert_snapshot!(run_with_trace(Some(b"name,value\n1,2\n".to_vec())));
+}
+
+#[test]
+fn trace_too_shallow_for_the_config_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = kbench(
+        dir.path(),
+        &["trace", "synth", "--accept", "0.7,0.6", "--sequences", "2", "--positions", "32", "--out", "t.kbt"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let exp = SPEC.replace("trace.kbt", "t.kbt").replace("num_steps = 2", "num_steps = 3").replace("num_draft_tokens = 3", "num_draft_tokens = 4");
+    std::fs::write(dir.path().join("exp.toml"), exp).unwrap();
+    let (code, _, stderr) = kbench(dir.path(), &["experiment", "exp.toml"]);
+    insta::assert_snapshot!(format!("exit code: {code}\nstderr:\n{stderr}"));
+}

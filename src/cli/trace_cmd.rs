@@ -48,6 +48,8 @@ fn synth(a: TraceSynthArgs) -> CliResult<()> {
     if !a.accept.is_empty() {
         p.depth = a.accept.len() as u32;
         p.accept = a.accept.clone();
+        // The preset's label describes the preset's rates, not these.
+        p.dataset = "synthetic (rates given on the command line)".into();
     }
     if let Some(v) = a.stickiness {
         p.stickiness = v;
