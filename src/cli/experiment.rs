@@ -128,8 +128,14 @@ fn write_outputs(args: &ExperimentArgs, reports: &[Report]) -> CliResult<()> {
     Ok(())
 }
 
+/// Checks the file and everything its backend will read (trace, profile, op tables,
+/// model), without serving a request.
 pub fn validate(args: ValidateArgs) -> CliResult<()> {
+    super::engine::prepare_models(&args.file, &args.set)?;
     let variants = load_experiment(&args.file, &args.set).map_err(|e| spec_error(&e))?;
+    for v in &variants {
+        make_backend(&v.experiment)?;
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for v in &variants {
