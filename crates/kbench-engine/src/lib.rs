@@ -4,6 +4,10 @@
 //! path (the correctness oracle). The CUDA path is selected through [`Device`] and reports
 //! that it is not available in this build.
 #![recursion_limit = "256"]
+// `is_multiple_of` needs Rust 1.87; the workspace's rust-version is 1.85.
+#![allow(clippy::manual_is_multiple_of)]
+// Kernels index several arrays with one loop variable on purpose.
+#![allow(clippy::needless_range_loop)]
 
 pub mod backend;
 pub mod device;
@@ -27,4 +31,4 @@ pub use generate::{generate, GenerateOptions, GenerateResult};
 pub use init::{build_model, ensure_tiny_model, init_model, init_model_with, plan_checkpoint, Dims, InitOptions, Preset};
 pub use model::Model;
 pub use spec::SpecSettings;
-pub use trace::{record_trace, TraceOptions};
+pub use trace::{random_prompts, record_trace, TraceOptions};

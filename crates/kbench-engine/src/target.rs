@@ -51,7 +51,7 @@ struct Moe {
 
 #[derive(Debug, Clone)]
 enum Mlp {
-    Dense(Ffn),
+    Dense(Box<Ffn>),
     Moe(Box<Moe>),
 }
 
@@ -289,11 +289,11 @@ impl Target {
             } else {
                 let i = arch.intermediate_size as usize;
                 let mp = format!("{lp}.mlp");
-                Mlp::Dense(Ffn {
+                Mlp::Dense(Box::new(Ffn {
                     gate: lin(ws, &format!("{mp}.gate_proj"), i, h)?,
                     up: lin(ws, &format!("{mp}.up_proj"), i, h)?,
                     down: lin(ws, &format!("{mp}.down_proj"), h, i)?,
-                })
+                }))
             };
             layers.push(Layer {
                 in_norm: norm_w(ws, &format!("{lp}.input_layernorm"), h)?,

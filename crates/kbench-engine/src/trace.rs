@@ -32,6 +32,19 @@ pub struct TraceOptions {
     pub prob_encoding: ProbEncoding,
 }
 
+/// `count` prompts of `len` random token ids, ids 0..count, drawn as the engine backend
+/// draws its prompts (`rng_for(seed, "prompt", id)`).
+pub fn random_prompts(model: &Model, seed: u64, count: usize, len: usize) -> Vec<(u64, Vec<u32>)> {
+    use rand::RngExt;
+    let v = model.target.vocab as u32;
+    (0..count as u64)
+        .map(|id| {
+            let mut rng = kbench_core::seed::rng_for(seed, "prompt", id);
+            (id, (0..len.max(1)).map(|_| rng.random_range(0..v)).collect())
+        })
+        .collect()
+}
+
 /// Records a trace over `prompts` (id, token ids) with the model's target and draft.
 pub fn record_trace(model: &Model, prompts: &[(u64, Vec<u32>)], opts: &TraceOptions) -> Result<Trace> {
     let draft = model

@@ -74,3 +74,32 @@ model_dir = "models/tiny"
         }
     }
 }
+
+/// experiments/engine_tiny.toml as shipped, with the tiny model where it expects it.
+#[test]
+fn shipped_engine_tiny_experiment_runs() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("experiments")).unwrap();
+    let path = root.path().join("experiments/engine_tiny.toml");
+    std::fs::write(&path, include_str!("../../../experiments/engine_tiny.toml")).unwrap();
+    ensure_tiny_model(&root.path().join("target/models/tiny")).unwrap();
+    let variants = load_experiment(&path, &[]).unwrap();
+    let exp = &variants[0].experiment;
+    assert_eq!(exp.file.backend.kind, "engine");
+    let mut backend = EngineBackend::new(exp).unwrap();
+    let plan = LoadPlan {
+        seed: exp.file.seed,
+        concurrency: exp.concurrency.clone(),
+        requests_per_level: exp.requests_per_level,
+        warmup_requests: exp.warmup_requests,
+        max_tokens: exp.max_tokens,
+        input_len: exp.input_len,
+    };
+    let levels = run_levels(&mut backend, &plan, &mut NoProgress).unwrap();
+    for l in &levels {
+        assert!(l.records.iter().all(|r| r.token_times_ns.len() == 32));
+        let (sum, n) = l.records.iter().filter(|r| !r.warmup).fold((0u32, 0usize), |(s, n), r| (s + r.round_commits.iter().sum::<u32>(), n + r.round_commits.len()));
+        let al = sum as f64 / n as f64;
+        assert!(al > 1.5 && al <= 4.0, "accept length {al}");
+    }
+}

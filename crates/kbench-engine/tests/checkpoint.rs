@@ -193,7 +193,7 @@ fn missing_tokenizer_and_files_are_errors() {
     let dir = tiny_dir();
     std::fs::remove_file(dir.path().join("tokenizer.json")).unwrap();
     let opts = GenerateOptions { prompt: "ba be".into(), max_tokens: 4, temperature: 0.0, seed: 0, spec: None };
-    let err = generate(dir.path(), None, &opts).err().expect("must fail");
+    let err = generate(dir.path(), None, &opts).expect_err("must fail");
     assert!(matches!(err, EngineError::Tokenizer(_)), "{err}");
     std::fs::write(dir.path().join("tokenizer.json"), "{not json").unwrap();
     assert!(matches!(generate(dir.path(), None, &opts).err().unwrap(), EngineError::Tokenizer(_)));

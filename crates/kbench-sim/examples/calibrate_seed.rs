@@ -22,11 +22,23 @@ fn acceptance(exp: &Experiment) -> Arc<dyn AcceptanceModel> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().skip(1).collect();
     let (m, b, o) = (
-        a.first().map(String::as_str).unwrap_or("experiments/calibration/seed.toml"),
-        a.get(1).map(String::as_str).unwrap_or("experiments/hardware/8x-rtx-pro-6000-server.base.toml"),
-        a.get(2).map(String::as_str).unwrap_or("experiments/hardware/8x-rtx-pro-6000-server.toml"),
+        a.first()
+            .map(String::as_str)
+            .unwrap_or("experiments/calibration/seed.toml"),
+        a.get(1)
+            .map(String::as_str)
+            .unwrap_or("experiments/hardware/8x-rtx-pro-6000-server.base.toml"),
+        a.get(2)
+            .map(String::as_str)
+            .unwrap_or("experiments/hardware/8x-rtx-pro-6000-server.toml"),
     );
-    let report = kbench_sim::calibrate::run_with(Path::new(m), Path::new(b), Path::new(o), &acceptance, &mut |s| eprintln!("{s}"))?;
+    let report = kbench_sim::calibrate::run_with(
+        Path::new(m),
+        Path::new(b),
+        Path::new(o),
+        &acceptance,
+        &mut |s| eprintln!("{s}"),
+    )?;
     println!("{report}");
     Ok(())
 }

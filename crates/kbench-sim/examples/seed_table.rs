@@ -5,8 +5,24 @@
 use std::path::Path;
 use std::time::Instant;
 
+use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::spec::load_experiment;
+use kbench_core::spec::Experiment;
+use kbench_core::trace::{self, TraceAcceptance};
 use kbench_sim::predict::{default_acceptance, run};
+use std::sync::Arc;
+
+/// The experiment's trace when it exists (as the CLI does), else the synthetic chat model.
+fn acceptance(exp: &Experiment) -> Arc<dyn AcceptanceModel> {
+    if let Some(path) = exp.trace.as_ref().filter(|p| p.exists()) {
+        if let Ok(t) = trace::read(path) {
+            if let Ok(a) = TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.spec) {
+                return Arc::new(a);
+            }
+        }
+    }
+    default_acceptance(exp)
+}
 use kbench_sim::presets::load_tables;
 use kbench_sim::{HardwareProfile, SimBackend};
 
@@ -16,25 +32,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let profile_path = args.iter().find(|a| a.ends_with(".toml"));
     for name in ["baseline", "topk4_v1", "topk1_v2", "topk1_v1"] {
         let path = format!("experiments/{name}.toml");
-        let sets: Vec<String> = std::env::var("KB_SET").ok().map(|v| v.split(';').map(String::from).collect()).unwrap_or_default();
-        let exp = load_experiment(Path::new(&path), &sets)?.remove(0).experiment;
+        let sets: Vec<String> = std::env::var("KB_SET")
+            .ok()
+            .map(|v| v.split(';').map(String::from).collect())
+            .unwrap_or_default();
+        let exp = load_experiment(Path::new(&path), &sets)?
+            .remove(0)
+            .experiment;
         let mut backend = match profile_path {
             Some(p) => {
                 let prof = HardwareProfile::from_file(Path::new(p))?;
                 let tables = load_tables(&prof)?;
-                SimBackend::with_profile(&exp, prof, tables, Some(default_acceptance(&exp)))?
+                SimBackend::with_profile(&exp, prof, tables, Some(acceptance(&exp)))?
             }
-            None => SimBackend::new(&exp, Some(default_acceptance(&exp)))?,
+            None => SimBackend::new(&exp, Some(acceptance(&exp)))?,
         };
+        // Best of 5 (the machine is shared); a fresh backend each time, as a user would get.
+        let mut dt = std::time::Duration::MAX;
+        for _ in 0..4 {
+            let mut b = SimBackend::new(&exp, Some(acceptance(&exp)))?;
+            let t0 = Instant::now();
+            run(&exp, &mut b)?;
+            dt = dt.min(t0.elapsed());
+        }
         let t0 = Instant::now();
         let (_, pred) = run(&exp, &mut backend)?;
-        let dt = t0.elapsed();
+        let dt = dt.min(t0.elapsed());
         println!(
             "{name:10} C=1 {:8.1}  sat {:8.1}  levels {:?}  accept {:?}  ({:.1} ms)",
             pred.at(1).unwrap_or(0.0),
             pred.saturation_output_throughput,
-            pred.output_throughput.iter().map(|x| (x.0, (x.1 * 10.0).round() / 10.0)).collect::<Vec<_>>(),
-            pred.accept_length.iter().filter_map(|x| x.1.map(|a| (a * 100.0).round() / 100.0)).collect::<Vec<_>>(),
+            pred.output_throughput
+                .iter()
+                .map(|x| (x.0, (x.1 * 10.0).round() / 10.0))
+                .collect::<Vec<_>>(),
+            pred.accept_length
+                .iter()
+                .filter_map(|x| x.1.map(|a| (a * 100.0).round() / 100.0))
+                .collect::<Vec<_>>(),
             dt.as_secs_f64() * 1e3
         );
         if explain {

@@ -37,7 +37,10 @@ impl DepthRateAcceptance {
         // Tree nodes per depth: one per depth, then the rest to the shallowest depths (at most
         // topk each), as SGLang's probability-ranked selection mostly does.
         let mut width = vec![1u32; steps];
-        let mut extra = spec.num_draft_tokens.saturating_sub(1).saturating_sub(steps as u32);
+        let mut extra = spec
+            .num_draft_tokens
+            .saturating_sub(1)
+            .saturating_sub(steps as u32);
         for w in width.iter_mut() {
             let add = extra.min(k - 1);
             *w += add;
@@ -45,7 +48,12 @@ impl DepthRateAcceptance {
         }
         (0..steps)
             .map(|i| {
-                let a = self.chain_rates.get(i).or(self.chain_rates.last()).copied().unwrap_or(0.0);
+                let a = self
+                    .chain_rates
+                    .get(i)
+                    .or(self.chain_rates.last())
+                    .copied()
+                    .unwrap_or(0.0);
                 1.0 - (1.0 - a) * self.sibling_miss.powi(width[i] as i32 - 1)
             })
             .collect()
@@ -68,7 +76,11 @@ impl AcceptanceModel for DepthRateAcceptance {
         let rates = self.depth_rates(spec);
         let mut committed = 1;
         for (depth, a) in rates.iter().enumerate() {
-            let h = derive_seed(self.seed, "accept", request_id ^ ((position as u64) << 40) ^ ((depth as u64) << 60));
+            let h = derive_seed(
+                self.seed,
+                "accept",
+                request_id ^ ((position as u64) << 40) ^ ((depth as u64) << 60),
+            );
             let u = (h >> 11) as f64 / (1u64 << 53) as f64;
             if u < *a {
                 committed += 1;

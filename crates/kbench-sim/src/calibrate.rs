@@ -121,17 +121,44 @@ pub struct CalibrationReport {
 
 impl std::fmt::Display for CalibrationReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "calibration of {} to {}", self.base_profile, self.measurements)?;
+        writeln!(
+            f,
+            "calibration of {} to {}",
+            self.base_profile, self.measurements
+        )?;
         writeln!(f, "  acceptance: {}", self.acceptance)?;
-        writeln!(f, "  {:<34} {:>12} {:>12} {:>20}", "parameter", "prior", "fitted", "bounds")?;
+        writeln!(
+            f,
+            "  {:<34} {:>12} {:>12} {:>20}",
+            "parameter", "prior", "fitted", "bounds"
+        )?;
         for p in &self.params {
-            writeln!(f, "  {:<34} {:>12.4} {:>12.4} {:>20}{}", p.param, p.prior, p.fitted,
-                format!("[{}, {}]", p.min, p.max), if p.at_bound { "  AT BOUND" } else { "" })?;
+            writeln!(
+                f,
+                "  {:<34} {:>12.4} {:>12.4} {:>20}{}",
+                p.param,
+                p.prior,
+                p.fitted,
+                format!("[{}, {}]", p.min, p.max),
+                if p.at_bound { "  AT BOUND" } else { "" }
+            )?;
         }
-        writeln!(f, "  {:<34} {:>10} {:>10} {:>8} {:>10} {:>8}", "point", "measured", "predicted", "error", "LOO pred", "LOO err")?;
+        writeln!(
+            f,
+            "  {:<34} {:>10} {:>10} {:>8} {:>10} {:>8}",
+            "point", "measured", "predicted", "error", "LOO pred", "LOO err"
+        )?;
         for p in &self.points {
-            writeln!(f, "  {:<34} {:>10.1} {:>10.1} {:>7.1}% {:>10.1} {:>7.1}%", p.label, p.measured, p.predicted,
-                100.0 * p.rel_error, p.loo_predicted, 100.0 * p.loo_rel_error)?;
+            writeln!(
+                f,
+                "  {:<34} {:>10.1} {:>10.1} {:>7.1}% {:>10.1} {:>7.1}%",
+                p.label,
+                p.measured,
+                p.predicted,
+                100.0 * p.rel_error,
+                p.loo_predicted,
+                100.0 * p.loo_rel_error
+            )?;
         }
         writeln!(f, "  rms log error {:.4}, max |error| {:.1}%, leave-one-out rms error {:.1}%, {} evaluations",
             self.rms_log_error, 100.0 * self.max_abs_rel_error, 100.0 * self.loo_rms_rel_error, self.evaluations)?;
@@ -165,7 +192,8 @@ impl Problem {
         let mut by_exp: BTreeMap<&PathBuf, Prediction> = BTreeMap::new();
         for (path, (exp, acc)) in &self.experiments {
             let tables = self.tables.as_ref().map(OpTables::fresh);
-            let mut backend = SimBackend::with_profile(exp, profile.clone(), tables, Some(Arc::clone(acc)))?;
+            let mut backend =
+                SimBackend::with_profile(exp, profile.clone(), tables, Some(Arc::clone(acc)))?;
             let (_, pred) = crate::predict::run(exp, &mut backend)?;
             by_exp.insert(path, pred);
         }
@@ -173,9 +201,13 @@ impl Problem {
             .iter()
             .map(|(path, pt)| {
                 let pred = &by_exp[path];
-                metric(pred, pt).ok_or_else(|| SimError::Calibration(format!(
-                    "{}: no level at concurrency {:?}", path.display(), pt.concurrency
-                )))
+                metric(pred, pt).ok_or_else(|| {
+                    SimError::Calibration(format!(
+                        "{}: no level at concurrency {:?}",
+                        path.display(),
+                        pt.concurrency
+                    ))
+                })
             })
             .collect()
     }
@@ -185,7 +217,9 @@ impl Problem {
         if self.profile_at(x).validate().is_err() {
             return f64::MAX;
         }
-        let Ok(pred) = self.predict(x) else { return f64::MAX };
+        let Ok(pred) = self.predict(x) else {
+            return f64::MAX;
+        };
         let mut s = 0.0;
         for (i, ((_, pt), p)) in self.points.iter().zip(&pred).enumerate() {
             if Some(i) == skip {
@@ -222,22 +256,38 @@ pub fn read_measurements(path: &Path) -> Result<MeasurementFile, SimError> {
         path: path.into(),
         source,
     })?;
-    let bad = |message: String| SimError::Measurements { path: path.into(), message };
-    let m: MeasurementFile = toml::from_str(&text).map_err(|e| bad(e.to_string().trim().to_string()))?;
+    let bad = |message: String| SimError::Measurements {
+        path: path.into(),
+        message,
+    };
+    let m: MeasurementFile =
+        toml::from_str(&text).map_err(|e| bad(e.to_string().trim().to_string()))?;
     if m.free.is_empty() || m.free.len() > MAX_FREE_PARAMS {
-        return Err(bad(format!("{} free parameters; give 1 to {MAX_FREE_PARAMS}", m.free.len())));
+        return Err(bad(format!(
+            "{} free parameters; give 1 to {MAX_FREE_PARAMS}",
+            m.free.len()
+        )));
     }
     for f in &m.free {
         if !PARAM_KEYS.contains(&f.param.as_str()) {
-            return Err(bad(format!("unknown parameter `{}` (known: {})", f.param, PARAM_KEYS.join(", "))));
+            return Err(bad(format!(
+                "unknown parameter `{}` (known: {})",
+                f.param,
+                PARAM_KEYS.join(", ")
+            )));
         }
         if !(f.min.is_finite() && f.max.is_finite() && f.min < f.max) || f.prior_weight < 0.0 {
-            return Err(bad(format!("`{}`: need finite min < max and prior_weight >= 0", f.param)));
+            return Err(bad(format!(
+                "`{}`: need finite min < max and prior_weight >= 0",
+                f.param
+            )));
         }
     }
     if m.points.len() <= m.free.len() {
         return Err(bad(format!(
-            "{} points cannot determine {} parameters (and leave one out)", m.points.len(), m.free.len()
+            "{} points cannot determine {} parameters (and leave one out)",
+            m.points.len(),
+            m.free.len()
         )));
     }
     for p in &m.points {
@@ -266,7 +316,13 @@ pub fn run(
     out_path: &Path,
     progress: &mut dyn FnMut(&str),
 ) -> Result<CalibrationReport, SimError> {
-    run_with(measurements_path, base_profile_path, out_path, &default_acceptance, progress)
+    run_with(
+        measurements_path,
+        base_profile_path,
+        out_path,
+        &default_acceptance,
+        progress,
+    )
 }
 
 /// As [`run`], with the acceptance model per experiment chosen by the caller (e.g. trace replay).
@@ -288,7 +344,10 @@ pub fn run_with(
         let path = dir.join(&pt.experiment);
         if !experiments.contains_key(&path) {
             let exp = load_experiment(&path, &[])
-                .map_err(|source| SimError::Experiment { path: path.clone(), source })?
+                .map_err(|source| SimError::Experiment {
+                    path: path.clone(),
+                    source: Box::new(source),
+                })?
                 .remove(0)
                 .experiment;
             let acc = acceptance_for(&exp);
@@ -299,11 +358,22 @@ pub fn run_with(
         }
         points.push((path, pt.clone()));
     }
-    let problem = Problem { base: base.clone(), tables, experiments, points, free: m.free.clone() };
+    let problem = Problem {
+        base: base.clone(),
+        tables,
+        experiments,
+        points,
+        free: m.free.clone(),
+    };
     let x0: Vec<f64> = m
         .free
         .iter()
-        .map(|f| base.param(&f.param).map(|p| p.value).unwrap_or(f.min).clamp(f.min, f.max))
+        .map(|f| {
+            base.param(&f.param)
+                .map(|p| p.value)
+                .unwrap_or(f.min)
+                .clamp(f.min, f.max)
+        })
         .collect();
     progress("fitting all points");
     let (x, mut evals) = problem.fit(None, &x0);
@@ -320,7 +390,10 @@ pub fn run_with(
         .iter()
         .zip(pred.iter().zip(&loo))
         .map(|((_, pt), (p, l))| PointResidual {
-            label: pt.label.clone().unwrap_or_else(|| format!("{} {}", pt.experiment, pt.metric)),
+            label: pt
+                .label
+                .clone()
+                .unwrap_or_else(|| format!("{} {}", pt.experiment, pt.metric)),
             measured: pt.value,
             predicted: *p,
             rel_error: p / pt.value - 1.0,
@@ -329,9 +402,22 @@ pub fn run_with(
         })
         .collect();
     let n = residuals.len() as f64;
-    let rms_log_error = (residuals.iter().map(|r| (r.predicted / r.measured).ln().powi(2)).sum::<f64>() / n).sqrt();
-    let max_abs_rel_error = residuals.iter().map(|r| r.rel_error.abs()).fold(0.0, f64::max);
-    let loo_rms_rel_error = (residuals.iter().map(|r| r.loo_rel_error.powi(2)).sum::<f64>() / n).sqrt();
+    let rms_log_error = (residuals
+        .iter()
+        .map(|r| (r.predicted / r.measured).ln().powi(2))
+        .sum::<f64>()
+        / n)
+        .sqrt();
+    let max_abs_rel_error = residuals
+        .iter()
+        .map(|r| r.rel_error.abs())
+        .fold(0.0, f64::max);
+    let loo_rms_rel_error = (residuals
+        .iter()
+        .map(|r| r.loo_rel_error.powi(2))
+        .sum::<f64>()
+        / n)
+        .sqrt();
 
     let mut out = base.clone();
     let params: Vec<FittedParam> = m
@@ -345,7 +431,9 @@ pub fn run_with(
                 p.source = Provenance::Fitted;
                 p.reference = format!(
                     "fitted by kbench calibrate to {} (prior {prior}, bounds [{}, {}])",
-                    measurements_path.display(), f.min, f.max
+                    measurements_path.display(),
+                    f.min,
+                    f.max
                 );
             }
             let span = f.max - f.min;
@@ -403,6 +491,12 @@ fn write_profile(profile: &HardwareProfile, out: &Path, base: &Path) -> Result<(
         base.display()
     );
     let tmp = out.with_extension("toml.tmp");
-    std::fs::write(&tmp, text).map_err(|source| SimError::Write { path: tmp.clone(), source })?;
-    std::fs::rename(&tmp, out).map_err(|source| SimError::Write { path: out.into(), source })
+    std::fs::write(&tmp, text).map_err(|source| SimError::Write {
+        path: tmp.clone(),
+        source,
+    })?;
+    std::fs::rename(&tmp, out).map_err(|source| SimError::Write {
+        path: out.into(),
+        source,
+    })
 }

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::error::SimError;
 use crate::optable::OpTables;
-use crate::pricer::{Pricer, Source};
+use crate::pricer::{MoeShape, Pricer, Source};
 use crate::profile::HardwareProfile;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -37,7 +37,10 @@ pub enum PassKind {
 
 impl PassKind {
     fn is_draft(self) -> bool {
-        matches!(self, PassKind::DraftDecode | PassKind::DraftExtend | PassKind::DraftPrefill)
+        matches!(
+            self,
+            PassKind::DraftDecode | PassKind::DraftExtend | PassKind::DraftPrefill
+        )
     }
     fn is_prefill(self) -> bool {
         matches!(self, PassKind::TargetPrefill | PassKind::DraftPrefill)
@@ -46,7 +49,9 @@ impl PassKind {
 
 /// Reference contexts for the linear attention model `a + b * ctx`.
 const CTX_LO: f64 = 256.0;
-const CTX_HI: f64 = 2048.0;
+// 2047: the tables measure contexts 2^n - 1; staying on a measured point avoids a spurious
+// extrapolation flag.
+const CTX_HI: f64 = 2047.0;
 
 /// A priced pass, independent of context except through `attn_a_us + attn_b_us * ctx`.
 #[derive(Debug, Clone)]
@@ -98,15 +103,33 @@ pub struct RoundBreakdown {
 
 impl std::fmt::Display for RoundBreakdown {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "{} (batch {}): total {:.1} us = {} of gpu {:.1} us and host {:.1} us{}",
-            self.what, self.batch, self.total_us, self.combine, self.gpu_us, self.host_us,
-            if self.sync_us > 0.0 { format!(" + sync {:.1} us", self.sync_us) } else { String::new() })?;
+        writeln!(
+            f,
+            "{} (batch {}): total {:.1} us = {} of gpu {:.1} us and host {:.1} us{}",
+            self.what,
+            self.batch,
+            self.total_us,
+            self.combine,
+            self.gpu_us,
+            self.host_us,
+            if self.sync_us > 0.0 {
+                format!(" + sync {:.1} us", self.sync_us)
+            } else {
+                String::new()
+            }
+        )?;
         for p in &self.passes {
             writeln!(f, "  {:?}: {} tokens, {} requests, ctx {:.0}, {} ops, {}: gpu {:.1} us, launch {:.1} us -> {:.1} us",
                 p.kind, p.tokens, p.requests, p.mean_context, p.operators,
                 if p.graph { "graph" } else { "eager" }, p.gpu_total_us, p.launch_us, p.time_us)?;
             for (k, v) in &p.gpu_us {
-                writeln!(f, "    {:<28} {:>10.1} us  ({})", k, v, p.sources.get(k).copied().unwrap_or("-"))?;
+                writeln!(
+                    f,
+                    "    {:<28} {:>10.1} us  ({})",
+                    k,
+                    v,
+                    p.sources.get(k).copied().unwrap_or("-")
+                )?;
             }
         }
         Ok(())
@@ -135,10 +158,13 @@ struct Acc<'a> {
 impl Acc<'_> {
     fn add(&mut self, name: &str, times: f64, priced: (f64, Source), ops: u32) {
         *self.items.entry(name.to_string()).or_insert(0.0) += priced.0 * times;
-        self.sources.insert(name.to_string(), match priced.1 {
-            Source::Table => "table",
-            Source::Roofline => "roofline",
-        });
+        self.sources.insert(
+            name.to_string(),
+            match priced.1 {
+                Source::Table => "table",
+                Source::Roofline => "roofline",
+            },
+        );
         self.ops += ops * times as u32;
     }
 }
@@ -158,8 +184,11 @@ impl CostModel {
                 profile.gpu.count, profile.origin
             )));
         }
-        if model.num_heads % tp != 0 {
-            return Err(SimError::Model(format!("{} heads do not split over tp {tp}", model.num_heads)));
+        if !model.num_heads.is_multiple_of(tp) {
+            return Err(SimError::Model(format!(
+                "{} heads do not split over tp {tp}",
+                model.num_heads
+            )));
         }
         Ok(CostModel {
             profile,
@@ -174,11 +203,17 @@ impl CostModel {
 
     /// Op-table queries outside the measured range so far.
     pub fn flagged_queries(&self) -> Vec<String> {
-        self.tables.as_ref().map(OpTables::flagged).unwrap_or_default()
+        self.tables
+            .as_ref()
+            .map(OpTables::flagged)
+            .unwrap_or_default()
     }
 
     pub fn tables_origin(&self) -> String {
-        self.tables.as_ref().map(|t| t.origin().to_string()).unwrap_or_else(|| "roofline only".into())
+        self.tables
+            .as_ref()
+            .map(|t| t.origin().to_string())
+            .unwrap_or_else(|| "roofline only".into())
     }
 
     fn pricer(&self) -> Pricer<'_> {
@@ -202,18 +237,32 @@ impl CostModel {
         let mut hi = BTreeMap::new();
         let mut sources = BTreeMap::new();
         let (ops, a_lo) = {
-            let mut acc = Acc { items: &mut lo, sources: &mut sources, ops: 0, attn_us: 0.0 };
+            let mut acc = Acc {
+                items: &mut lo,
+                sources: &mut sources,
+                ops: 0,
+                attn_us: 0.0,
+            };
             self.build(kind, tokens, requests, CTX_LO, &mut acc)?;
             (acc.ops, acc.attn_us)
         };
         let a_hi = {
             let mut s2 = BTreeMap::new();
-            let mut acc = Acc { items: &mut hi, sources: &mut s2, ops: 0, attn_us: 0.0 };
+            let mut acc = Acc {
+                items: &mut hi,
+                sources: &mut s2,
+                ops: 0,
+                attn_us: 0.0,
+            };
             self.build(kind, tokens, requests, CTX_HI, &mut acc)?;
             acc.attn_us
         };
         let total_lo: f64 = lo.values().sum();
-        let b = if kind.is_prefill() { 0.0 } else { ((a_hi - a_lo) / (CTX_HI - CTX_LO)).max(0.0) };
+        let b = if kind.is_prefill() {
+            0.0
+        } else {
+            ((a_hi - a_lo) / (CTX_HI - CTX_LO)).max(0.0)
+        };
         let a = a_lo - b * CTX_LO;
         let price = Rc::new(PassPrice {
             fixed_us: total_lo - a_lo,
@@ -224,12 +273,21 @@ impl CostModel {
             items_hi: hi,
             sources,
         });
-        self.cache.borrow_mut().insert((kind, tokens, requests), Rc::clone(&price));
+        self.cache
+            .borrow_mut()
+            .insert((kind, tokens, requests), Rc::clone(&price));
         Ok(price)
     }
 
     /// The operator list of one pass. For prefill `ctx` is ignored (the prompt is the context).
-    fn build(&self, kind: PassKind, tokens: u32, requests: u32, ctx: f64, acc: &mut Acc) -> Result<(), SimError> {
+    fn build(
+        &self,
+        kind: PassKind,
+        tokens: u32,
+        requests: u32,
+        ctx: f64,
+        acc: &mut Acc,
+    ) -> Result<(), SimError> {
         let p = self.pricer();
         let tp = self.tp;
         let t = tokens.max(1);
@@ -244,20 +302,43 @@ impl CostModel {
             _ => tokens,
         };
         if kind.is_draft() {
-            let d = self.draft.as_ref().ok_or_else(|| SimError::Model("a draft pass needs a draft architecture".into()))?;
+            let d = self
+                .draft
+                .as_ref()
+                .ok_or_else(|| SimError::Model("a draft pass needs a draft architecture".into()))?;
             let h = d.hidden_size;
             let heads = d.num_heads / tp.min(d.num_heads).max(1);
             let kv = (d.num_kv_heads / tp).max(1);
             let hd = d.head_dim;
             let act_bytes = t as f64 * h as f64 * 2.0 * 2.0;
-            acc.add("embedding", 1.0, (p.elementwise(act_bytes), Source::Roofline), 1);
-            acc.add("all_reduce", 1.0, p.all_reduce(t as f64 * h as f64, why)?, 1);
+            acc.add(
+                "embedding",
+                1.0,
+                (p.elementwise(act_bytes), Source::Roofline),
+                1,
+            );
+            acc.add(
+                "all_reduce",
+                1.0,
+                p.all_reduce(t as f64 * h as f64, why)?,
+                1,
+            );
             if kind != PassKind::DraftDecode {
                 // fc over the three captured target hidden states (3h -> h), replicated.
                 acc.add("draft.fc", 1.0, p.gemm(t, h, 3 * h, why)?, 1);
             }
-            acc.add("norms", 3.0, (p.elementwise(act_bytes), Source::Roofline), 1);
-            acc.add("draft.qkv_proj", 1.0, p.gemm(t, (heads + 2 * kv) * hd, 2 * h, why)?, 1);
+            acc.add(
+                "norms",
+                3.0,
+                (p.elementwise(act_bytes), Source::Roofline),
+                1,
+            );
+            acc.add(
+                "draft.qkv_proj",
+                1.0,
+                p.gemm(t, (heads + 2 * kv) * hd, 2 * h, why)?,
+                1,
+            );
             acc.add("rope", 1.0, (p.elementwise(act_bytes), Source::Roofline), 1);
             let attn = if prefill {
                 p.mha_prefill(heads, kv, hd, requests, isl, why)?
@@ -267,31 +348,82 @@ impl CostModel {
             acc.attn_us += attn.0;
             acc.add("attention", 1.0, attn, 1);
             acc.add("draft.o_proj", 1.0, p.gemm(t, h, heads * hd, why)?, 1);
-            acc.add("all_reduce", 1.0, p.all_reduce(t as f64 * h as f64, why)?, 1);
+            acc.add(
+                "all_reduce",
+                1.0,
+                p.all_reduce(t as f64 * h as f64, why)?,
+                1,
+            );
             let inter = d.intermediate_size / tp;
             acc.add("draft.mlp", 1.0, p.gemm(t, 2 * inter, h, why)?, 1);
-            acc.add("activation", 1.0, (p.elementwise(t as f64 * inter as f64 * 6.0), Source::Roofline), 1);
+            acc.add(
+                "activation",
+                1.0,
+                (
+                    p.elementwise(t as f64 * inter as f64 * 6.0),
+                    Source::Roofline,
+                ),
+                1,
+            );
             acc.add("draft.mlp", 1.0, p.gemm(t, h, inter, why)?, 1);
-            acc.add("all_reduce", 1.0, p.all_reduce(t as f64 * h as f64, why)?, 1);
+            acc.add(
+                "all_reduce",
+                1.0,
+                p.all_reduce(t as f64 * h as f64, why)?,
+                1,
+            );
             let vocab = d.draft_vocab_size;
-            acc.add("lm_head", 1.0, p.gemm(logit_rows, vocab.div_ceil(tp), h, why)?, 1);
-            acc.add("logits_all_gather", 1.0, p.all_gather(logit_rows as f64 * vocab as f64, why)?, 1);
-            acc.add("sampling", 1.0, (p.elementwise(logit_rows as f64 * vocab as f64 * 4.0), Source::Roofline), 2);
+            acc.add(
+                "lm_head",
+                1.0,
+                p.gemm(logit_rows, vocab.div_ceil(tp), h, why)?,
+                1,
+            );
+            acc.add(
+                "logits_all_gather",
+                1.0,
+                p.all_gather(logit_rows as f64 * vocab as f64, why)?,
+                1,
+            );
+            acc.add(
+                "sampling",
+                1.0,
+                (
+                    p.elementwise(logit_rows as f64 * vocab as f64 * 4.0),
+                    Source::Roofline,
+                ),
+                2,
+            );
             return Ok(());
         }
 
         let m = &self.model;
         let h = m.hidden_size;
         let act_bytes = t as f64 * h as f64 * 2.0 * 2.0;
-        acc.add("embedding", 1.0, (p.elementwise(act_bytes), Source::Roofline), 1);
-        acc.add("all_reduce", 1.0, p.all_reduce(t as f64 * h as f64, why)?, 1);
+        acc.add(
+            "embedding",
+            1.0,
+            (p.elementwise(act_bytes), Source::Roofline),
+            1,
+        );
+        acc.add(
+            "all_reduce",
+            1.0,
+            p.all_reduce(t as f64 * h as f64, why)?,
+            1,
+        );
         let layers = m.num_layers as f64;
         let moe_layers = m.num_moe_layers() as f64;
         let dense_layers = layers - moe_layers;
         let heads = m.num_heads / tp;
 
         // Attention block, identical in every layer.
-        acc.add("norms", 2.0 * layers, (p.elementwise(act_bytes), Source::Roofline), 1);
+        acc.add(
+            "norms",
+            2.0 * layers,
+            (p.elementwise(act_bytes), Source::Roofline),
+            1,
+        );
         match (&m.family, &m.mla) {
             (ArchFamily::MlaMoe, Some(mla)) => {
                 let qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
@@ -300,37 +432,93 @@ impl CostModel {
                     Some(q) => {
                         // Fused q_a + kv_a projection, replicated on every rank (SGLang).
                         acc.add("attn.qkv_a_proj", layers, p.gemm(t, q + latent, h, why)?, 1);
-                        acc.add("norms", 2.0 * layers, (p.elementwise(t as f64 * (q + latent) as f64 * 4.0), Source::Roofline), 1);
+                        acc.add(
+                            "norms",
+                            2.0 * layers,
+                            (
+                                p.elementwise(t as f64 * (q + latent) as f64 * 4.0),
+                                Source::Roofline,
+                            ),
+                            1,
+                        );
                         acc.add("attn.q_b_proj", layers, p.gemm(t, heads * qk, q, why)?, 1);
                     }
                     None => {
-                        acc.add("attn.qkv_a_proj", layers, p.gemm(t, heads * qk + latent, h, why)?, 1);
-                        acc.add("norms", layers, (p.elementwise(act_bytes), Source::Roofline), 1);
+                        acc.add(
+                            "attn.qkv_a_proj",
+                            layers,
+                            p.gemm(t, heads * qk + latent, h, why)?,
+                            1,
+                        );
+                        acc.add(
+                            "norms",
+                            layers,
+                            (p.elementwise(act_bytes), Source::Roofline),
+                            1,
+                        );
                     }
                 }
-                acc.add("rope", layers, (p.elementwise(t as f64 * heads as f64 * qk as f64 * 4.0), Source::Roofline), 1);
+                acc.add(
+                    "rope",
+                    layers,
+                    (
+                        p.elementwise(t as f64 * heads as f64 * qk as f64 * 4.0),
+                        Source::Roofline,
+                    ),
+                    1,
+                );
                 if prefill {
                     // Prefill runs the non-absorbed path: kv_b_proj up-projects the latent.
                     let kvb_n = heads * (mla.qk_nope_head_dim + mla.v_head_dim);
-                    acc.add("attn.kv_b_proj", layers, p.gemm(t, kvb_n, mla.kv_lora_rank, why)?, 1);
+                    acc.add(
+                        "attn.kv_b_proj",
+                        layers,
+                        p.gemm(t, kvb_n, mla.kv_lora_rank, why)?,
+                        1,
+                    );
                     let attn = p.mla_prefill(heads, requests, isl, qk, why)?;
                     acc.add("attention", layers, attn, 1);
                 } else {
-                    acc.add("attn.bmm_absorb", layers, p.mla_bmm(true, t, heads, mla.kv_lora_rank, mla.qk_nope_head_dim, why)?, 1);
+                    acc.add(
+                        "attn.bmm_absorb",
+                        layers,
+                        p.mla_bmm(true, t, heads, mla.kv_lora_rank, mla.qk_nope_head_dim, why)?,
+                        1,
+                    );
                     // Verify and draft-extend rows are priced as decode queries against the
                     // request's cache (the triton kernels walk the prefix per query block).
                     let attn = p.mla_decode(heads, t, ctx, latent, why)?;
                     acc.attn_us += attn.0 * layers;
                     acc.add("attention", layers, attn, 1);
-                    acc.add("attn.bmm_absorb", layers, p.mla_bmm(false, t, heads, mla.kv_lora_rank, mla.v_head_dim, why)?, 1);
+                    acc.add(
+                        "attn.bmm_absorb",
+                        layers,
+                        p.mla_bmm(false, t, heads, mla.kv_lora_rank, mla.v_head_dim, why)?,
+                        1,
+                    );
                 }
-                acc.add("attn.o_proj", layers, p.gemm(t, h, heads * mla.v_head_dim, why)?, 1);
+                acc.add(
+                    "attn.o_proj",
+                    layers,
+                    p.gemm(t, h, heads * mla.v_head_dim, why)?,
+                    1,
+                );
             }
             _ => {
                 let kv = (m.num_kv_heads / tp).max(1);
                 let hd = m.head_dim;
-                acc.add("attn.qkv_proj", layers, p.gemm(t, (heads + 2 * kv) * hd, h, why)?, 1);
-                acc.add("rope", layers, (p.elementwise(act_bytes), Source::Roofline), 1);
+                acc.add(
+                    "attn.qkv_proj",
+                    layers,
+                    p.gemm(t, (heads + 2 * kv) * hd, h, why)?,
+                    1,
+                );
+                acc.add(
+                    "rope",
+                    layers,
+                    (p.elementwise(act_bytes), Source::Roofline),
+                    1,
+                );
                 let attn = if prefill {
                     p.mha_prefill(heads, kv, hd, requests, isl, why)?
                 } else {
@@ -343,48 +531,133 @@ impl CostModel {
                 acc.add("attn.o_proj", layers, p.gemm(t, h, heads * hd, why)?, 1);
             }
         }
-        acc.add("all_reduce", layers, p.all_reduce(t as f64 * h as f64, why)?, 1);
+        acc.add(
+            "all_reduce",
+            layers,
+            p.all_reduce(t as f64 * h as f64, why)?,
+            1,
+        );
 
         // MLP block: dense layers, then MoE layers.
         if dense_layers > 0.0 {
             let inter = m.intermediate_size / tp;
             acc.add("mlp.dense", dense_layers, p.gemm(t, 2 * inter, h, why)?, 1);
-            acc.add("activation", dense_layers, (p.elementwise(t as f64 * inter as f64 * 6.0), Source::Roofline), 1);
+            acc.add(
+                "activation",
+                dense_layers,
+                (
+                    p.elementwise(t as f64 * inter as f64 * 6.0),
+                    Source::Roofline,
+                ),
+                1,
+            );
             acc.add("mlp.dense", dense_layers, p.gemm(t, h, inter, why)?, 1);
         }
         if let Some(moe) = &m.moe {
             if moe_layers > 0.0 {
-                acc.add("moe.router", moe_layers, p.gemm(t, moe.n_routed_experts, h, why)?, 1);
-                acc.add("moe.topk", moe_layers, (p.elementwise(t as f64 * moe.n_routed_experts as f64 * 8.0), Source::Roofline), 2);
-                let bpw = m.quant.as_ref().map(|q| q.bytes_per_weight()).unwrap_or(2.0);
+                acc.add(
+                    "moe.router",
+                    moe_layers,
+                    p.gemm(t, moe.n_routed_experts, h, why)?,
+                    1,
+                );
+                acc.add(
+                    "moe.topk",
+                    moe_layers,
+                    (
+                        p.elementwise(t as f64 * moe.n_routed_experts as f64 * 8.0),
+                        Source::Roofline,
+                    ),
+                    2,
+                );
+                let bpw = m
+                    .quant
+                    .as_ref()
+                    .map(|q| q.bytes_per_weight())
+                    .unwrap_or(2.0);
                 // Marlin MoE: align/sort, gate_up, activation, down, weighted sum.
                 acc.add(
                     "moe.routed_experts",
                     moe_layers,
-                    p.moe(t, moe.n_routed_experts, moe.num_experts_per_tok, h, moe.moe_intermediate_size, bpw, why)?,
+                    p.moe(
+                        t,
+                        MoeShape {
+                            experts: moe.n_routed_experts,
+                            top_k: moe.num_experts_per_tok,
+                            hidden: h,
+                            inter: moe.moe_intermediate_size,
+                            bytes_per_weight: bpw,
+                        },
+                        why,
+                    )?,
                     5,
                 );
                 if moe.n_shared_experts > 0 {
                     let si = (moe.n_shared_experts * moe.moe_intermediate_size) / tp;
-                    acc.add("moe.shared_expert", moe_layers, p.gemm(t, 2 * si, h, why)?, 1);
-                    acc.add("activation", moe_layers, (p.elementwise(t as f64 * si as f64 * 6.0), Source::Roofline), 1);
+                    acc.add(
+                        "moe.shared_expert",
+                        moe_layers,
+                        p.gemm(t, 2 * si, h, why)?,
+                        1,
+                    );
+                    acc.add(
+                        "activation",
+                        moe_layers,
+                        (p.elementwise(t as f64 * si as f64 * 6.0), Source::Roofline),
+                        1,
+                    );
                     acc.add("moe.shared_expert", moe_layers, p.gemm(t, h, si, why)?, 1);
                 }
             }
         }
-        acc.add("all_reduce", layers, p.all_reduce(t as f64 * h as f64, why)?, 1);
-        acc.add("norms", 1.0, (p.elementwise(act_bytes), Source::Roofline), 1);
+        acc.add(
+            "all_reduce",
+            layers,
+            p.all_reduce(t as f64 * h as f64, why)?,
+            1,
+        );
+        acc.add(
+            "norms",
+            1.0,
+            (p.elementwise(act_bytes), Source::Roofline),
+            1,
+        );
         let vocab = m.vocab_size;
-        acc.add("lm_head", 1.0, p.gemm(logit_rows, vocab.div_ceil(tp), h, why)?, 1);
-        acc.add("logits_all_gather", 1.0, p.all_gather(logit_rows as f64 * vocab as f64, why)?, 1);
-        acc.add("sampling", 1.0, (p.elementwise(logit_rows as f64 * vocab as f64 * 4.0), Source::Roofline), 2);
+        acc.add(
+            "lm_head",
+            1.0,
+            p.gemm(logit_rows, vocab.div_ceil(tp), h, why)?,
+            1,
+        );
+        acc.add(
+            "logits_all_gather",
+            1.0,
+            p.all_gather(logit_rows as f64 * vocab as f64, why)?,
+            1,
+        );
+        acc.add(
+            "sampling",
+            1.0,
+            (
+                p.elementwise(logit_rows as f64 * vocab as f64 * 4.0),
+                Source::Roofline,
+            ),
+            2,
+        );
         Ok(())
     }
 
     /// GPU time and what the pass adds to a round, microseconds.
-    fn pass_time(&self, kind: PassKind, tokens: u32, requests: u32, ctx: f64) -> Result<(f64, f64, f64, bool, u32), SimError> {
+    fn pass_time(
+        &self,
+        kind: PassKind,
+        tokens: u32,
+        requests: u32,
+        ctx: f64,
+    ) -> Result<(f64, f64, f64, bool, u32), SimError> {
         let p = self.price(kind, tokens, requests)?;
-        let gpu = (p.fixed_us + p.attn_a_us + p.attn_b_us * ctx) * self.profile.efficiency.in_model.value;
+        let gpu =
+            (p.fixed_us + p.attn_a_us + p.attn_b_us * ctx) * self.profile.efficiency.in_model.value;
         // Prefill (extend) is not graphed in SGLang by default; decode-type passes replay a
         // graph up to cuda_graph_max_bs requests.
         let graph = !kind.is_prefill() && requests <= self.cuda_graph_max_bs;
@@ -398,10 +671,20 @@ impl CostModel {
         }
     }
 
-    fn explain_pass(&self, kind: PassKind, tokens: u32, requests: u32, ctx: f64) -> Result<PassBreakdown, SimError> {
+    fn explain_pass(
+        &self,
+        kind: PassKind,
+        tokens: u32,
+        requests: u32,
+        ctx: f64,
+    ) -> Result<PassBreakdown, SimError> {
         let p = self.price(kind, tokens, requests)?;
         let (gpu, launch, time, graph, ops) = self.pass_time(kind, tokens, requests, ctx)?;
-        let w = if kind.is_prefill() { 0.0 } else { ((ctx - CTX_LO) / (CTX_HI - CTX_LO)).max(0.0) };
+        let w = if kind.is_prefill() {
+            0.0
+        } else {
+            ((ctx - CTX_LO) / (CTX_HI - CTX_LO)).max(0.0)
+        };
         let f = self.profile.efficiency.in_model.value;
         let gpu_us = p
             .items_lo
@@ -461,18 +744,30 @@ impl CostModel {
         match spec {
             // SGLang's overlap scheduler (on by default without speculation) hides the
             // scheduler's work behind the GPU's.
-            None => (self.us("host.decode_step_us") + b * self.us("host.decode_per_request_us"), "overlap", 0.0),
+            None => (
+                self.us("host.decode_step_us") + b * self.us("host.decode_per_request_us"),
+                "overlap",
+                0.0,
+            ),
             Some(s) => {
                 let round = self.us("host.spec_round_us");
                 if s.spec_v2 {
                     // v2 keeps verification bookkeeping (accept, KV free, output append) in
                     // batched GPU tensors: its per-request host work is the plain scheduler's,
                     // and all of it overlaps the next round's GPU work except one sync.
-                    (round + b * self.us("host.decode_per_request_us"), "overlap+sync", self.us("host.v2_sync_us"))
+                    (
+                        round + b * self.us("host.decode_per_request_us"),
+                        "overlap+sync",
+                        self.us("host.v2_sync_us"),
+                    )
                 } else {
                     // Spec v1 runs with the overlap scheduler disabled and walks every request
                     // in Python after each verify (accepted tokens, KV frees, finish checks).
-                    (round + b * self.us("host.spec_per_request_us"), "serial", 0.0)
+                    (
+                        round + b * self.us("host.spec_per_request_us"),
+                        "serial",
+                        0.0,
+                    )
                 }
             }
         }
@@ -481,7 +776,9 @@ impl CostModel {
     /// A prefill batch: `reqs` prompts with `tokens` prompt tokens in all; with a draft, the
     /// draft's extend over the prompt follows.
     pub fn prefill_ns(&self, reqs: u32, tokens: u32, with_draft: bool) -> Result<u64, SimError> {
-        let mut t = self.pass_time(PassKind::TargetPrefill, tokens, reqs, 0.0)?.2;
+        let mut t = self
+            .pass_time(PassKind::TargetPrefill, tokens, reqs, 0.0)?
+            .2;
         if with_draft {
             t += self.pass_time(PassKind::DraftPrefill, tokens, reqs, 0.0)?.2;
         }
@@ -490,7 +787,12 @@ impl CostModel {
     }
 
     /// Explains one decode round (`spec` None: plain decode).
-    pub fn explain_round(&self, bs: u32, ctx: f64, spec: Option<&SpecConfig>) -> Result<RoundBreakdown, SimError> {
+    pub fn explain_round(
+        &self,
+        bs: u32,
+        ctx: f64,
+        spec: Option<&SpecConfig>,
+    ) -> Result<RoundBreakdown, SimError> {
         let mut passes = Vec::new();
         for (kind, tokens, reqs) in self.round_passes(bs, spec) {
             passes.push(self.explain_pass(kind, tokens, reqs, ctx)?);
@@ -501,7 +803,9 @@ impl CostModel {
             None => "plain decode step".to_string(),
             Some(s) => format!(
                 "speculative round ({}, {}, {}) {}",
-                s.num_steps, s.eagle_topk, s.num_draft_tokens,
+                s.num_steps,
+                s.eagle_topk,
+                s.num_draft_tokens,
                 if s.spec_v2 { "v2" } else { "v1" }
             ),
         };
@@ -518,7 +822,12 @@ impl CostModel {
     }
 
     /// Explains a prefill batch.
-    pub fn explain_prefill(&self, reqs: u32, tokens: u32, with_draft: bool) -> Result<RoundBreakdown, SimError> {
+    pub fn explain_prefill(
+        &self,
+        reqs: u32,
+        tokens: u32,
+        with_draft: bool,
+    ) -> Result<RoundBreakdown, SimError> {
         let mut passes = vec![self.explain_pass(PassKind::TargetPrefill, tokens, reqs, 0.0)?];
         if with_draft {
             passes.push(self.explain_pass(PassKind::DraftPrefill, tokens, reqs, 0.0)?);

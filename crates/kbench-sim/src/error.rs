@@ -28,7 +28,9 @@ pub enum SimError {
         line: usize,
         message: String,
     },
-    #[error("op table: no rows for operator `{op}` (needed for {why}; tables loaded from {origin})")]
+    #[error(
+        "op table: no rows for operator `{op}` (needed for {why}; tables loaded from {origin})"
+    )]
     MissingOp {
         op: String,
         why: String,
@@ -42,13 +44,13 @@ pub enum SimError {
     Experiment {
         path: PathBuf,
         #[source]
-        source: kbench_core::spec::SpecError,
+        source: Box<kbench_core::spec::SpecError>,
     },
     #[error("simulation of {experiment} failed")]
     Backend {
         experiment: String,
         #[source]
-        source: kbench_core::backend::BackendError,
+        source: Box<kbench_core::backend::BackendError>,
     },
     #[error("calibration: {0}")]
     Calibration(String),

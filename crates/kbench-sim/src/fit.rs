@@ -36,7 +36,11 @@ pub fn nelder_mead(
     let mut eval = |z: &[f64], evals: &mut u32| {
         *evals += 1;
         let v = f(&to_x(z));
-        if v.is_finite() { v } else { f64::MAX }
+        if v.is_finite() {
+            v
+        } else {
+            f64::MAX
+        }
     };
     let z0 = to_z(x0);
     let mut simplex: Vec<(Vec<f64>, f64)> = Vec::with_capacity(n + 1);
@@ -54,8 +58,14 @@ pub fn nelder_mead(
         if spread.abs() < 1e-10 && evals > 4 * n as u32 {
             break;
         }
-        let centroid: Vec<f64> = (0..n).map(|j| simplex[..n].iter().map(|s| s.0[j]).sum::<f64>() / n as f64).collect();
-        let along = |t: f64| -> Vec<f64> { (0..n).map(|j| centroid[j] + t * (simplex[n].0[j] - centroid[j])).collect() };
+        let centroid: Vec<f64> = (0..n)
+            .map(|j| simplex[..n].iter().map(|s| s.0[j]).sum::<f64>() / n as f64)
+            .collect();
+        let along = |t: f64| -> Vec<f64> {
+            (0..n)
+                .map(|j| centroid[j] + t * (simplex[n].0[j] - centroid[j]))
+                .collect()
+        };
         let zr = along(-1.0);
         let vr = eval(&zr, &mut evals);
         if vr < simplex[0].1 {
@@ -65,7 +75,11 @@ pub fn nelder_mead(
         } else if vr < simplex[n - 1].1 {
             simplex[n] = (zr, vr);
         } else {
-            let zc = if vr < simplex[n].1 { along(-0.5) } else { along(0.5) };
+            let zc = if vr < simplex[n].1 {
+                along(-0.5)
+            } else {
+                along(0.5)
+            };
             let vc = eval(&zc, &mut evals);
             if vc < simplex[n].1.min(vr) {
                 simplex[n] = (zc, vc);
@@ -94,6 +108,10 @@ mod tests {
     fn finds_a_bounded_quadratic_minimum() {
         let mut f = |x: &[f64]| (x[0] - 3.0).powi(2) + (x[1] + 1.0).powi(2);
         let r = nelder_mead(&mut f, &[1.0, 1.0], &[0.0, -5.0], &[10.0, 5.0], 2000);
-        assert!((r.x[0] - 3.0).abs() < 1e-3 && (r.x[1] + 1.0).abs() < 1e-3, "{:?}", r.x);
+        assert!(
+            (r.x[0] - 3.0).abs() < 1e-3 && (r.x[1] + 1.0).abs() < 1e-3,
+            "{:?}",
+            r.x
+        );
     }
 }

@@ -36,7 +36,13 @@ pub struct OpTables {
 /// Systems whose tables are compiled into the binary (so it runs from any directory).
 pub const EMBEDDED_SYSTEMS: &[&str] = &["rtx_pro_6000_server", "h200_sxm"];
 
-const TABLE_FILES: &[&str] = &["gemm.csv", "moe.csv", "mla.csv", "attention.csv", "nccl.csv"];
+const TABLE_FILES: &[&str] = &[
+    "gemm.csv",
+    "moe.csv",
+    "mla.csv",
+    "attention.csv",
+    "nccl.csv",
+];
 
 fn embedded_files(system: &str) -> Option<[&'static str; 5]> {
     macro_rules! sys {
@@ -66,16 +72,38 @@ impl OpTables {
         }
     }
 
+    /// The tables compiled into the binary; parsed once per process and shared (the fast
+    /// path: building a backend then costs no parsing).
     pub fn embedded(system: &str) -> Result<OpTables, SimError> {
+        use std::sync::{Mutex, OnceLock};
+        static PARSED: OnceLock<Mutex<BTreeMap<String, OpTables>>> = OnceLock::new();
+        let cache = PARSED.get_or_init(|| Mutex::new(BTreeMap::new()));
+        if let Some(t) = cache.lock().ok().and_then(|c| c.get(system).map(OpTables::fresh)) {
+            return Ok(t);
+        }
+        let t = Self::parse_embedded(system)?;
+        if let Ok(mut c) = cache.lock() {
+            c.insert(system.to_string(), t.fresh());
+        }
+        Ok(t)
+    }
+
+    fn parse_embedded(system: &str) -> Result<OpTables, SimError> {
         let files = embedded_files(system).ok_or_else(|| SimError::Profile {
             origin: format!("[optables] system = \"{system}\""),
-            message: format!("no embedded op tables for `{system}` (embedded: {})", EMBEDDED_SYSTEMS.join(", ")),
+            message: format!(
+                "no embedded op tables for `{system}` (embedded: {})",
+                EMBEDDED_SYSTEMS.join(", ")
+            ),
         })?;
         let mut rows = Vec::new();
         for (name, text) in TABLE_FILES.iter().zip(files) {
             parse_csv(text, &format!("data/optables/{system}/{name}"), &mut rows)?;
         }
-        Ok(Self::from_rows(format!("data/optables/{system} (embedded)"), rows))
+        Ok(Self::from_rows(
+            format!("data/optables/{system} (embedded)"),
+            rows,
+        ))
     }
 
     /// Reads every `*.csv` in a directory (sorted by name, so the result is deterministic).
@@ -130,7 +158,10 @@ impl OpTables {
         let mut ops = BTreeMap::new();
         let mut i = 0;
         while i < rows.len() {
-            let j = rows[i..].iter().position(|r| r.0 != rows[i].0).map_or(rows.len(), |p| i + p);
+            let j = rows[i..]
+                .iter()
+                .position(|r| r.0 != rows[i].0)
+                .map_or(rows.len(), |p| i + p);
             let pts: Vec<([f64; 3], f64)> = rows[i..j].iter().map(|r| (r.1, r.2)).collect();
             let mut node = build(&pts, 0);
             if rows[i].0.starts_with("all_") {
@@ -176,7 +207,9 @@ impl OpTables {
             notes.dedup();
             self.flagged.borrow_mut().insert(format!(
                 "{op} at ({}, {}, {}) for {why}: {}",
-                x[0], x[1], x[2],
+                x[0],
+                x[1],
+                x[2],
                 notes.join("; ")
             ));
         }
@@ -189,7 +222,11 @@ impl OpTables {
     }
 }
 
-fn parse_csv(text: &str, origin: &str, out: &mut Vec<(String, [f64; 3], f64)>) -> Result<(), SimError> {
+fn parse_csv(
+    text: &str,
+    origin: &str,
+    out: &mut Vec<(String, [f64; 3], f64)>,
+) -> Result<(), SimError> {
     let mut lines = text.lines().enumerate();
     let header = lines.next().map(|(_, l)| l.trim()).unwrap_or("");
     if header != "op,x1,x2,x3,latency_ms" {
@@ -248,7 +285,10 @@ fn suffix_min(node: &mut Node, axis: usize) {
 fn leaf_value(node: &Node) -> f64 {
     match node {
         Node::Leaf(v) => *v,
-        Node::Inner(c) => c.first().map(|(_, n)| leaf_value(n)).unwrap_or(f64::INFINITY),
+        Node::Inner(c) => c
+            .first()
+            .map(|(_, n)| leaf_value(n))
+            .unwrap_or(f64::INFINITY),
     }
 }
 
@@ -271,7 +311,10 @@ fn build(pts: &[([f64; 3], f64)], axis: usize) -> Node {
     let mut i = 0;
     while i < pts.len() {
         let key = pts[i].0[axis];
-        let j = pts[i..].iter().position(|p| p.0[axis] != key).map_or(pts.len(), |p| i + p);
+        let j = pts[i..]
+            .iter()
+            .position(|p| p.0[axis] != key)
+            .map_or(pts.len(), |p| i + p);
         children.push((key, build(&pts[i..j], axis + 1)));
         i = j;
     }
@@ -285,7 +328,10 @@ fn query(node: &Node, x: &[f64; 3], axis: usize, notes: &mut Vec<String>) -> f64
     };
     let q = x[axis];
     let n = children.len();
-    if let Some((_, c)) = children.iter().find(|(k, _)| (k - q).abs() <= 1e-9 * k.abs().max(1.0)) {
+    if let Some((_, c)) = children
+        .iter()
+        .find(|(k, _)| (k - q).abs() <= 1e-9 * k.abs().max(1.0))
+    {
         return query(c, x, axis + 1, notes);
     }
     let ln = |v: f64| v.max(1e-12).ln();
@@ -295,11 +341,18 @@ fn query(node: &Node, x: &[f64; 3], axis: usize, notes: &mut Vec<String>) -> f64
             "x{} = {q} outside measured [{lo}, {hi}]: nearest point used",
             axis + 1
         ));
-        let c = if q < lo { &children[0].1 } else { &children[n - 1].1 };
+        let c = if q < lo {
+            &children[0].1
+        } else {
+            &children[n - 1].1
+        };
         return query(c, x, axis + 1, notes);
     }
     if q > hi {
-        notes.push(format!("x{} = {q} above measured max {hi}: extrapolated", axis + 1));
+        notes.push(format!(
+            "x{} = {q} above measured max {hi}: extrapolated",
+            axis + 1
+        ));
         let (k0, c0) = &children[n - 2];
         let (k1, c1) = &children[n - 1];
         let (y0, y1) = (query(c0, x, axis + 1, notes), query(c1, x, axis + 1, notes));
@@ -351,7 +404,10 @@ mod tests {
     #[test]
     fn missing_op_is_an_error() {
         let t = tables("op,x1,x2,x3,latency_ms\na,1,1,1,1\n");
-        assert!(matches!(t.lookup("b", [1.0; 3], "why"), Err(SimError::MissingOp { .. })));
+        assert!(matches!(
+            t.lookup("b", [1.0; 3], "why"),
+            Err(SimError::MissingOp { .. })
+        ));
     }
 
     #[test]

@@ -40,21 +40,34 @@ pub struct Prediction {
 
 impl Prediction {
     pub fn at(&self, concurrency: u32) -> Option<f64> {
-        self.output_throughput.iter().find(|(c, _)| *c == concurrency).map(|(_, v)| *v)
+        self.output_throughput
+            .iter()
+            .find(|(c, _)| *c == concurrency)
+            .map(|(_, v)| *v)
     }
 }
 
-pub fn run(exp: &Experiment, backend: &mut SimBackend) -> Result<(Vec<LevelResult>, Prediction), SimError> {
-    let levels = run_levels(backend, &load_plan(exp), &mut NoProgress).map_err(|source| SimError::Backend {
-        experiment: exp.path.display().to_string(),
-        source,
+pub fn run(
+    exp: &Experiment,
+    backend: &mut SimBackend,
+) -> Result<(Vec<LevelResult>, Prediction), SimError> {
+    let levels = run_levels(backend, &load_plan(exp), &mut NoProgress).map_err(|source| {
+        SimError::Backend {
+            experiment: exp.path.display().to_string(),
+            source: Box::new(source),
+        }
     })?;
-    let output_throughput: Vec<(u32, f64)> =
-        levels.iter().map(|l| (l.concurrency, l.metrics.output_throughput)).collect();
+    let output_throughput: Vec<(u32, f64)> = levels
+        .iter()
+        .map(|l| (l.concurrency, l.metrics.output_throughput))
+        .collect();
     let prediction = Prediction {
         experiment: exp.file.name.clone(),
         saturation_output_throughput: output_throughput.iter().map(|x| x.1).fold(0.0, f64::max),
-        accept_length: levels.iter().map(|l| (l.concurrency, l.metrics.accept_length)).collect(),
+        accept_length: levels
+            .iter()
+            .map(|l| (l.concurrency, l.metrics.accept_length))
+            .collect(),
         output_throughput,
         flagged_queries: backend.flagged_queries(),
     };

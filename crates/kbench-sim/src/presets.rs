@@ -19,7 +19,11 @@ const PRESETS: &[(&str, &str, &str)] = &[
         "experiments/hardware/8x-h200.toml",
         include_str!("../../../experiments/hardware/8x-h200.toml"),
     ),
-    ("h200", "experiments/hardware/h200.toml", include_str!("../../../experiments/hardware/h200.toml")),
+    (
+        "h200",
+        "experiments/hardware/h200.toml",
+        include_str!("../../../experiments/hardware/h200.toml"),
+    ),
 ];
 
 pub fn preset_names() -> Vec<&'static str> {
@@ -27,10 +31,14 @@ pub fn preset_names() -> Vec<&'static str> {
 }
 
 pub fn preset(name: &str) -> Result<HardwareProfile, SimError> {
-    let (_, file, text) = PRESETS.iter().find(|p| p.0 == name).ok_or_else(|| SimError::UnknownPreset {
-        name: name.into(),
-        known: preset_names().join(", "),
-    })?;
+    let (_, file, text) =
+        PRESETS
+            .iter()
+            .find(|p| p.0 == name)
+            .ok_or_else(|| SimError::UnknownPreset {
+                name: name.into(),
+                known: preset_names().join(", "),
+            })?;
     HardwareProfile::from_toml_str(text, &format!("preset `{name}` ({file}, embedded)"))
 }
 

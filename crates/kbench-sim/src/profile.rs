@@ -238,15 +238,26 @@ impl HardwareProfile {
         for key in PARAM_KEYS {
             let v = self.param(key).map(|p| p.value).unwrap_or(f64::NAN);
             if !v.is_finite() || v < 0.0 {
-                return Err(bad(format!("{key} = {v} is not a finite non-negative number")));
+                return Err(bad(format!(
+                    "{key} = {v} is not a finite non-negative number"
+                )));
             }
         }
-        for key in ["gpu.mem_bandwidth_gbs", "gpu.bf16_tflops", "gpu.int4_tflops", "interconnect.all_reduce_bus_gbs"] {
+        for key in [
+            "gpu.mem_bandwidth_gbs",
+            "gpu.bf16_tflops",
+            "gpu.int4_tflops",
+            "interconnect.all_reduce_bus_gbs",
+        ] {
             if self.param(key).map(|p| p.value).unwrap_or(0.0) <= 0.0 {
                 return Err(bad(format!("{key} must be positive")));
             }
         }
-        for key in ["efficiency.mem_bw", "efficiency.flops", "efficiency.moe_expert_spread"] {
+        for key in [
+            "efficiency.mem_bw",
+            "efficiency.flops",
+            "efficiency.moe_expert_spread",
+        ] {
             let v = self.param(key).map(|p| p.value).unwrap_or(0.0);
             if !(v > 0.0 && v <= 1.0) {
                 return Err(bad(format!("{key} = {v} must be in (0, 1]")));
@@ -275,7 +286,9 @@ impl HardwareProfile {
         }
         if let Some(t) = &self.optables {
             if t.system.is_some() == t.dir.is_some() {
-                return Err(bad("[optables] needs exactly one of `system` or `dir`".into()));
+                return Err(bad(
+                    "[optables] needs exactly one of `system` or `dir`".into()
+                ));
             }
         }
         Ok(())

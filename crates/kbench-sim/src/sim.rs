@@ -32,7 +32,10 @@ pub struct SimBackend {
 
 impl SimBackend {
     /// Resolves the experiment's hardware (preset or profile file) and its op tables.
-    pub fn new(exp: &Experiment, acceptance: Option<Arc<dyn AcceptanceModel>>) -> Result<SimBackend, SimError> {
+    pub fn new(
+        exp: &Experiment,
+        acceptance: Option<Arc<dyn AcceptanceModel>>,
+    ) -> Result<SimBackend, SimError> {
         let profile = resolve_profile(&exp.hardware)?;
         let tables = load_tables(&profile)?;
         Self::with_profile(exp, profile, tables, acceptance)
@@ -62,7 +65,11 @@ impl SimBackend {
         Ok(SimBackend {
             cost,
             spec: exp.spec.clone(),
-            acceptance: if exp.spec.is_speculative() { acceptance } else { None },
+            acceptance: if exp.spec.is_speculative() {
+                acceptance
+            } else {
+                None
+            },
             max_running: exp.max_running_requests,
             name: exp.file.name.clone(),
         })
@@ -89,7 +96,8 @@ impl SimBackend {
 
     /// A prefill batch of `reqs` prompts of `input_len` tokens, explained.
     pub fn explain_prefill(&self, reqs: u32, input_len: u32) -> Result<RoundBreakdown, SimError> {
-        self.cost.explain_prefill(reqs, reqs * input_len, self.spec.is_speculative())
+        self.cost
+            .explain_prefill(reqs, reqs * input_len, self.spec.is_speculative())
     }
 
     /// Op-table queries that fell outside the measured range so far.
@@ -115,7 +123,10 @@ impl Backend for SimBackend {
             self.name,
             p.name,
             self.cost.tables_origin(),
-            p.calibration.as_ref().map(|c| format!(", calibrated to {}", c.measurements)).unwrap_or_default(),
+            p.calibration
+                .as_ref()
+                .map(|c| format!(", calibrated to {}", c.measurements))
+                .unwrap_or_default(),
             acc
         )
     }
@@ -170,7 +181,9 @@ impl SimSession<'_> {
         let mut batch = Vec::new();
         let mut tokens = 0u32;
         while batch.len() < room {
-            let Some(next) = self.waiting.front() else { break };
+            let Some(next) = self.waiting.front() else {
+                break;
+            };
             // Always admit one prompt, however long; then stay within the token budget.
             if !batch.is_empty() && tokens + next.req.input_len > PREFILL_TOKEN_BUDGET {
                 break;
@@ -244,7 +257,10 @@ impl Session for SimSession<'_> {
 
     fn submit(&mut self, request: Request) -> Result<(), BackendError> {
         if request.max_tokens == 0 {
-            return Err(BackendError::msg("sim", format!("request {} asks for 0 tokens", request.id)));
+            return Err(BackendError::msg(
+                "sim",
+                format!("request {} asks for 0 tokens", request.id),
+            ));
         }
         self.waiting.push_back(Live {
             req: request,
@@ -260,11 +276,12 @@ impl Session for SimSession<'_> {
             if self.running.is_empty() && self.waiting.is_empty() {
                 return Ok(Vec::new());
             }
-            let finished = if !self.waiting.is_empty() && (self.running.len() as u32) < self.b.max_running {
-                self.prefill()?
-            } else {
-                self.decode_round()?
-            };
+            let finished =
+                if !self.waiting.is_empty() && (self.running.len() as u32) < self.b.max_running {
+                    self.prefill()?
+                } else {
+                    self.decode_round()?
+                };
             if !finished.is_empty() {
                 return Ok(finished);
             }

@@ -14,13 +14,20 @@ use kbench_sim::SimBackend;
 use proptest::prelude::*;
 
 fn experiment(spec: &str, levels: &str, max_tokens: u32, input_len: u32) -> Experiment {
-    let draft = if spec.contains("EAGLE3") { "[draft]\npreset = \"kimi-k2.5-eagle3\"\n" } else { "" };
+    let draft = if spec.contains("EAGLE3") {
+        "[draft]\npreset = \"kimi-k2.5-eagle3\"\n"
+    } else {
+        ""
+    };
     let text = format!(
         "name = \"t\"\nseed = 7\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-rtx-pro-6000-server\"\n\
          [server]\ntp_size = 8\n{draft}[speculative]\n{spec}\n[workload]\nmax_tokens = {max_tokens}\ninput_len = {input_len}\n\
          [benchmark]\nconcurrency = {levels}\nrequests_per_level = 6\nwarmup_requests = 1\n"
     );
-    load_experiment_str(&text, Path::new("test.toml"), &[]).unwrap().remove(0).experiment
+    load_experiment_str(&text, Path::new("test.toml"), &[])
+        .unwrap()
+        .remove(0)
+        .experiment
 }
 
 fn run(exp: &Experiment, acc: Arc<dyn AcceptanceModel>) -> Vec<LevelResult> {
@@ -32,8 +39,10 @@ fn records(levels: &[LevelResult]) -> Vec<RequestRecord> {
     levels.iter().flat_map(|l| l.records.clone()).collect()
 }
 
-const CHAIN_V1: &str = "algorithm = \"EAGLE3\"\nnum_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = false";
-const CHAIN_V2: &str = "algorithm = \"EAGLE3\"\nnum_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = true";
+const CHAIN_V1: &str =
+    "algorithm = \"EAGLE3\"\nnum_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = false";
+const CHAIN_V2: &str =
+    "algorithm = \"EAGLE3\"\nnum_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = true";
 const TREE_V1: &str = "algorithm = \"EAGLE3\"\nnum_steps = 3\neagle_topk = 4\nnum_draft_tokens = 8";
 
 proptest! {
@@ -87,14 +96,20 @@ fn two_runs_are_identical() {
     let a = run(&exp, Arc::new(DepthRateAcceptance::kimi_chat(3)));
     let b = run(&exp, Arc::new(DepthRateAcceptance::kimi_chat(3)));
     assert_eq!(records(&a), records(&b));
-    let (ma, mb): (Vec<_>, Vec<_>) = (a.iter().map(|l| &l.metrics).collect(), b.iter().map(|l| &l.metrics).collect());
+    let (ma, mb): (Vec<_>, Vec<_>) = (
+        a.iter().map(|l| &l.metrics).collect(),
+        b.iter().map(|l| &l.metrics).collect(),
+    );
     assert_eq!(ma, mb);
 }
 
 #[test]
 fn speculation_without_acceptance_is_an_error() {
     let exp = experiment(CHAIN_V2, "[1]", 10, 10);
-    let e = SimBackend::new(&exp, None).err().expect("needs acceptance").to_string();
+    let e = SimBackend::new(&exp, None)
+        .err()
+        .expect("needs acceptance")
+        .to_string();
     assert!(e.contains("acceptance"), "{e}");
 }
 
@@ -103,9 +118,13 @@ fn bad_profile_names_file_and_problem() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("bad.toml");
     std::fs::write(&p, "name = \"x\"\n[gpu]\nname = \"g\"\ncount = 1\n").unwrap();
-    let e = kbench_sim::HardwareProfile::from_file(&p).unwrap_err().to_string();
+    let e = kbench_sim::HardwareProfile::from_file(&p)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("bad.toml"), "{e}");
-    let missing = kbench_sim::HardwareProfile::from_file(&dir.path().join("none.toml")).unwrap_err().to_string();
+    let missing = kbench_sim::HardwareProfile::from_file(&dir.path().join("none.toml"))
+        .unwrap_err()
+        .to_string();
     assert!(missing.contains("none.toml"), "{missing}");
 }
 
@@ -116,10 +135,19 @@ fn breakdown_sums_to_round_time() {
     for bs in [1, 8, 48] {
         let r = b.explain_round(bs, 600.0).unwrap();
         let ns = b.cost_model().round_ns(bs, 600.0, Some(b.spec())).unwrap() as f64;
-        assert!((r.total_us * 1e3 - ns).abs() <= 1.0, "{} vs {}", r.total_us * 1e3, ns);
+        assert!(
+            (r.total_us * 1e3 - ns).abs() <= 1.0,
+            "{} vs {}",
+            r.total_us * 1e3,
+            ns
+        );
         for p in &r.passes {
             let items: f64 = p.gpu_us.values().sum();
-            assert!((items - p.gpu_total_us).abs() < 1e-6 * p.gpu_total_us.max(1.0), "{items} vs {}", p.gpu_total_us);
+            assert!(
+                (items - p.gpu_total_us).abs() < 1e-6 * p.gpu_total_us.max(1.0),
+                "{items} vs {}",
+                p.gpu_total_us
+            );
         }
     }
 }

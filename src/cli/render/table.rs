@@ -73,18 +73,23 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
     )?;
     if let Some(reference) = &r.reference {
         writeln!(out, "   reference: {}", reference.source)?;
+        let w = reference.points.iter().map(|p| p.label.len()).max().unwrap_or(0);
         for p in &reference.points {
             let approx = if p.approximate { "~" } else { "" };
             match (p.predicted, p.error_pct) {
                 (Some(pred), Some(err)) => writeln!(
                     out,
-                    "     {:<38} measured {approx}{:<8} predicted {:<8.1} error {:+.1}%",
-                    p.label, p.reference, pred, err
+                    "     {:<w$}  measured {:<9} predicted {:<8.1} error {:+.1}%",
+                    p.label,
+                    format!("{approx}{}", p.reference),
+                    pred,
+                    err
                 )?,
                 _ => writeln!(
                     out,
-                    "     {:<38} measured {approx}{:<8} predicted -        (no such level in this run)",
-                    p.label, p.reference
+                    "     {:<w$}  measured {:<9} predicted -        (no such level in this run)",
+                    p.label,
+                    format!("{approx}{}", p.reference)
                 )?,
             }
         }
