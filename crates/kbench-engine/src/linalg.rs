@@ -193,60 +193,77 @@ mod avx2 {
     }
     use std::arch::x86_64::*;
 
+    /// Rows per tile: a tile's weight blocks are unpacked once and reused across all M
+    /// inputs while the input block is hot in L1.
+    const TILE: usize = 4;
+
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn rows_kernel(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize, yt: &mut [f32]) {
         let inp = lin.inp;
         let full = inp / 32;
-        let mut acc: Vec<[__m256; 4]> = vec![[_mm256_setzero_ps(); 4]; m];
+        let mut acc: Vec<[__m256; 4]> = vec![[_mm256_setzero_ps(); 4]; TILE * m];
         let xp = x.as_ptr();
-        let shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-        let mask = _mm256_set1_epi32(0xF);
-        let eight = _mm256_set1_epi32(8);
-        for rr in 0..rows {
-            let r = r0 + rr;
+        let m0f = _mm_set1_epi8(0x0F);
+        let m8 = _mm_set1_epi8(8);
+        let mut t0 = 0;
+        while t0 < rows {
+            let nt = TILE.min(rows - t0);
             for a in acc.iter_mut() {
                 *a = [_mm256_setzero_ps(); 4];
             }
-            match &lin.w {
-                Weight::Bf16(w) => {
-                    let row = w.as_slice()[r * inp..(r + 1) * inp].as_ptr();
-                    for b in 0..full {
-                        let mut wv = [_mm256_setzero_ps(); 4];
-                        for (c, v) in wv.iter_mut().enumerate() {
-                            let h = _mm_loadu_si128(row.add(b * 32 + c * 8) as *const __m128i);
-                            *v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+            for b in 0..full {
+                let mut wv = [[_mm256_setzero_ps(); 4]; TILE];
+                let mut sv = [_mm256_setzero_ps(); TILE];
+                for t in 0..nt {
+                    let r = r0 + t0 + t;
+                    match &lin.w {
+                        Weight::Bf16(w) => {
+                            let row = w.as_slice().as_ptr().add(r * inp + b * 32);
+                            for (c, v) in wv[t].iter_mut().enumerate() {
+                                let h = _mm_loadu_si128(row.add(c * 8) as *const __m128i);
+                                *v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+                            }
                         }
-                        for (i, a) in acc.iter_mut().enumerate() {
-                            let g = block_dot(&wv, xp.add(i * inp + b * 32));
-                            a[b % 4] = _mm256_add_ps(a[b % 4], g);
+                        Weight::Int4 { packed, scales, group } => {
+                            let group = *group;
+                            let si = if group == 32 { b } else { b * 32 / group };
+                            let sc = scales.as_slice();
+                            sv[t] = _mm256_set1_ps(super::bf16_to_f32(*sc.get_unchecked(r * (inp / group) + si)));
+                            // 16 bytes = 32 nibbles: byte j holds columns 2j (low) and 2j+1 (high).
+                            let v = _mm_loadu_si128(packed.as_slice().as_ptr().add(r * inp / 8 + b * 4) as *const __m128i);
+                            let lo = _mm_and_si128(v, m0f);
+                            let hi = _mm_and_si128(_mm_srli_epi16(v, 4), m0f);
+                            let c0 = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), m8);
+                            let c1 = _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), m8);
+                            wv[t] = [
+                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c0)),
+                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c0, 8))),
+                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c1)),
+                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c1, 8))),
+                            ];
                         }
                     }
                 }
-                Weight::Int4 { packed, scales, group } => {
-                    let group = *group;
-                    let words = packed.as_slice()[r * inp / 8..(r + 1) * inp / 8].as_ptr();
-                    let sc = &scales.as_slice()[r * inp / group..(r + 1) * inp / group];
-                    for b in 0..full {
-                        let s = _mm256_set1_ps(super::bf16_to_f32(sc[b * 32 / group]));
-                        let mut q = [_mm256_setzero_ps(); 4];
-                        for (k, v) in q.iter_mut().enumerate() {
-                            let wd = _mm256_set1_epi32(*words.add(b * 4 + k) as i32);
-                            let n = _mm256_sub_epi32(_mm256_and_si256(_mm256_srlv_epi32(wd, shifts), mask), eight);
-                            *v = _mm256_cvtepi32_ps(n);
-                        }
-                        for (i, a) in acc.iter_mut().enumerate() {
-                            let g = block_dot(&q, xp.add(i * inp + b * 32));
-                            a[b % 4] = _mm256_fmadd_ps(s, g, a[b % 4]);
-                        }
+                let int4 = matches!(lin.w, Weight::Int4 { .. });
+                for i in 0..m {
+                    let xs = xp.add(i * inp + b * 32);
+                    for t in 0..nt {
+                        let g = block_dot(&wv[t], xs);
+                        let a = &mut acc[t * m + i][b % 4];
+                        *a = if int4 { _mm256_fmadd_ps(sv[t], g, *a) } else { _mm256_add_ps(*a, g) };
                     }
                 }
             }
-            for (i, a) in acc.iter().enumerate() {
-                let v = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
-                let mut lanes = [0f32; 8];
-                _mm256_storeu_ps(lanes.as_mut_ptr(), v);
-                yt[rr * m + i] = hsum8(&lanes) + 0.0;
+            for t in 0..nt {
+                for i in 0..m {
+                    let a = &acc[t * m + i];
+                    let v = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+                    let mut lanes = [0f32; 8];
+                    _mm256_storeu_ps(lanes.as_mut_ptr(), v);
+                    yt[(t0 + t) * m + i] = hsum8(&lanes) + 0.0;
+                }
             }
+            t0 += nt;
         }
     }
 }

@@ -61,15 +61,26 @@ fn int4_quantisation_matches_compressed_tensors_layout() {
 
 #[test]
 fn matmul_rows_do_not_depend_on_batch_size() {
-    let mut rng = kbench_core::seed::rng_for(2, "m", 0);
-    let (out, inp) = (40, 100);
-    let w: Vec<u16> = (0..out * inp).map(|_| f32_to_bf16(rng.random_range(-1.0f32..1.0))).collect();
-    let lin = Linear::bf16(out, inp, Slice::from_vec(w));
-    let x: Vec<f32> = (0..7 * inp).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-    let all = lin.forward(&x, 7);
-    for m in 0..7 {
-        let one = lin.forward(&x[m * inp..(m + 1) * inp], 1);
-        assert_eq!(&all[m * out..(m + 1) * out], &one[..]);
+    // inp 100 takes the portable kernel, 96 and 2048 the SIMD one where the CPU has it.
+    for (out, inp) in [(40usize, 100usize), (40, 96), (24, 2048)] {
+        let mut rng = kbench_core::seed::rng_for(2, "m", inp as u64);
+        let wf: Vec<f32> = (0..out * inp).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let mut lins = vec![Linear::bf16(out, inp, Slice::from_vec(wf.iter().map(|&v| f32_to_bf16(v)).collect()))];
+        if inp % 32 == 0 {
+            let (p, s) = quantize_int4(&wf, out, inp, 32);
+            lins.push(Linear { out, inp, w: Weight::Int4 { packed: Slice::from_vec(p), scales: Slice::from_vec(s), group: 32 } });
+        }
+        let x: Vec<f32> = (0..9 * inp).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        for lin in &lins {
+            let all = lin.forward(&x, 9);
+            for m in 0..9 {
+                let one = lin.forward(&x[m * inp..(m + 1) * inp], 1);
+                assert_eq!(&all[m * out..(m + 1) * out], &one[..], "inp {inp} row {m}");
+                let three = lin.forward(&x[m.min(6) * inp..(m.min(6) + 3) * inp], 3);
+                let k = m - m.min(6);
+                assert_eq!(&all[m * out..(m + 1) * out], &three[k * out..(k + 1) * out]);
+            }
+        }
     }
 }
 

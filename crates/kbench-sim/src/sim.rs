@@ -137,6 +137,8 @@ impl Backend for SimBackend {
             now: 0,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            frontend_free: 0,
+            delivering: Vec::new(),
         }))
     }
 }
@@ -169,6 +171,10 @@ struct SimSession<'a> {
     now: Nanos,
     waiting: VecDeque<Live>,
     running: Vec<Live>,
+    /// When the front end (detokenizer, tokenizer manager, HTTP, client) is free again.
+    frontend_free: Nanos,
+    /// Finished requests whose last token the front end has not delivered yet.
+    delivering: Vec<RequestRecord>,
 }
 
 fn fail(e: SimError) -> BackendError {
@@ -176,7 +182,26 @@ fn fail(e: SimError) -> BackendError {
 }
 
 impl SimSession<'_> {
-    fn prefill(&mut self) -> Result<Vec<RequestRecord>, BackendError> {
+    /// The front end handles `tokens` output tokens committed at `self.now` (FIFO, after what
+    /// it already has queued); returns when they become visible to the client.
+    fn deliver(&mut self, tokens: u32) -> Nanos {
+        let per_token_ns = (self.b.cost.profile.host.frontend_per_token_us.value * 1e3).round() as u64;
+        let start = self.now.max(self.frontend_free);
+        self.frontend_free = start + per_token_ns * tokens as u64;
+        self.frontend_free
+    }
+
+    /// Finished requests the client has seen by now (ordered by id).
+    fn delivered(&mut self) -> Vec<RequestRecord> {
+        let now = self.now;
+        let (mut done, rest): (Vec<_>, Vec<_>) =
+            self.delivering.drain(..).partition(|r| r.finished_ns() <= now);
+        self.delivering = rest;
+        done.sort_by_key(|r| r.id);
+        done
+    }
+
+    fn prefill(&mut self) -> Result<(), BackendError> {
         let room = self.b.max_running as usize - self.running.len();
         let mut batch = Vec::new();
         let mut tokens = 0u32;
@@ -197,19 +222,19 @@ impl SimSession<'_> {
             .prefill_ns(batch.len() as u32, tokens, self.b.spec.is_speculative())
             .map_err(fail)?;
         self.now += t;
-        let mut finished = Vec::new();
+        let visible = self.deliver(batch.len() as u32);
         for mut r in batch {
-            r.token_times.push(self.now);
+            r.token_times.push(visible);
             if r.done() {
-                finished.push(r.into_record());
+                self.delivering.push(r.into_record());
             } else {
                 self.running.push(r);
             }
         }
-        Ok(finished)
+        Ok(())
     }
 
-    fn decode_round(&mut self) -> Result<Vec<RequestRecord>, BackendError> {
+    fn decode_round(&mut self) -> Result<(), BackendError> {
         let bs = self.running.len() as u32;
         let speculate = self.b.speculates_at(bs);
         let ctx_sum: u64 = self
@@ -221,32 +246,34 @@ impl SimSession<'_> {
         let spec = speculate.then_some(&self.b.spec);
         let t = self.b.cost.round_ns(bs, ctx, spec).map_err(fail)?;
         self.now += t;
-        let now = self.now;
-        for r in &mut self.running {
+        let mut commits = Vec::with_capacity(self.running.len());
+        for r in &self.running {
             let committed = r.token_times.len() as u32;
             let want = match (&self.b.acceptance, speculate) {
                 (Some(a), true) => a.round_commit(r.req.id, committed, &self.b.spec).max(1),
                 _ => 1,
             };
-            let n = want.min(r.req.max_tokens - committed);
-            r.token_times.extend(std::iter::repeat_n(now, n as usize));
+            commits.push(want.min(r.req.max_tokens - committed));
+        }
+        let visible = self.deliver(commits.iter().sum());
+        for (r, &n) in self.running.iter_mut().zip(&commits) {
+            r.token_times.extend(std::iter::repeat_n(visible, n as usize));
             // A round that did not speculate (above disable_batch_threshold) is recorded as a
             // round committing one token, so round commits always sum to tokens - 1.
             if self.b.spec.is_speculative() {
                 r.round_commits.push(n);
             }
         }
-        let mut finished = Vec::new();
         let mut i = 0;
         while i < self.running.len() {
             if self.running[i].done() {
-                finished.push(self.running.remove(i).into_record());
+                let r = self.running.remove(i).into_record();
+                self.delivering.push(r);
             } else {
                 i += 1;
             }
         }
-        finished.sort_by_key(|r| r.id);
-        Ok(finished)
+        Ok(())
     }
 }
 
@@ -273,17 +300,27 @@ impl Session for SimSession<'_> {
 
     fn run_until_completion(&mut self) -> Result<Vec<RequestRecord>, BackendError> {
         loop {
-            if self.running.is_empty() && self.waiting.is_empty() {
-                return Ok(Vec::new());
-            }
-            let finished =
-                if !self.waiting.is_empty() && (self.running.len() as u32) < self.b.max_running {
-                    self.prefill()?
-                } else {
-                    self.decode_round()?
-                };
+            // The client sees a request finish when the front end has delivered its last
+            // token; a request it then sends arrives during the scheduler's current forward
+            // and waits for it (checked at forward boundaries).
+            let finished = self.delivered();
             if !finished.is_empty() {
                 return Ok(finished);
+            }
+            if self.running.is_empty() && self.waiting.is_empty() {
+                // The GPU is idle: wait for the front end.
+                match self.delivering.iter().map(|r| r.finished_ns()).min() {
+                    Some(t) => {
+                        self.now = self.now.max(t);
+                        continue;
+                    }
+                    None => return Ok(Vec::new()),
+                }
+            }
+            if !self.waiting.is_empty() && (self.running.len() as u32) < self.b.max_running {
+                self.prefill()?;
+            } else {
+                self.decode_round()?;
             }
         }
     }
