@@ -186,9 +186,9 @@ mod avx2 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn block_dot(w: &[__m256; 4], xs: *const f32) -> __m256 {
-        let a = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xs.add(8)), _mm256_mul_ps(w[0], _mm256_loadu_ps(xs)));
-        let b = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xs.add(24)), _mm256_mul_ps(w[2], _mm256_loadu_ps(xs.add(16))));
+    unsafe fn block_dot(w: &[__m256; 4], x: &[__m256; 4]) -> __m256 {
+        let a = _mm256_fmadd_ps(w[1], x[1], _mm256_mul_ps(w[0], x[0]));
+        let b = _mm256_fmadd_ps(w[3], x[3], _mm256_mul_ps(w[2], x[2]));
         _mm256_add_ps(a, b)
     }
     use std::arch::x86_64::*;
@@ -203,8 +203,10 @@ mod avx2 {
         let full = inp / 32;
         let mut acc: Vec<[__m256; 4]> = vec![[_mm256_setzero_ps(); 4]; TILE * m];
         let xp = x.as_ptr();
-        let m0f = _mm_set1_epi8(0x0F);
-        let m8 = _mm_set1_epi8(8);
+        let shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        let nibble = _mm256_set1_epi32(0xF);
+        let two23 = _mm256_set1_epi32(0x4B00_0000);
+        let two23_plus_8 = _mm256_set1_ps(8_388_616.0);
         let mut t0 = 0;
         while t0 < rows {
             let nt = TILE.min(rows - t0);
@@ -229,26 +231,30 @@ mod avx2 {
                             let si = if group == 32 { b } else { b * 32 / group };
                             let sc = scales.as_slice();
                             sv[t] = _mm256_set1_ps(super::bf16_to_f32(*sc.get_unchecked(r * (inp / group) + si)));
-                            // 16 bytes = 32 nibbles: byte j holds columns 2j (low) and 2j+1 (high).
-                            let v = _mm_loadu_si128(packed.as_slice().as_ptr().add(r * inp / 8 + b * 4) as *const __m128i);
-                            let lo = _mm_and_si128(v, m0f);
-                            let hi = _mm_and_si128(_mm_srli_epi16(v, 4), m0f);
-                            let c0 = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), m8);
-                            let c1 = _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), m8);
-                            wv[t] = [
-                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c0)),
-                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c0, 8))),
-                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c1)),
-                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c1, 8))),
-                            ];
+                            // Word k holds columns 8k..8k+7, nibble j at bits 4j. Each lane
+                            // shifts its own nibble down and ORs it into the mantissa of 2^23,
+                            // so one subtraction of 2^23 + 8 yields q - 8 exactly: no shuffles.
+                            let wp = packed.as_slice().as_ptr().add(r * inp / 8 + b * 4) as *const i32;
+                            for (k, v) in wv[t].iter_mut().enumerate() {
+                                let word = _mm256_set1_epi32(*wp.add(k));
+                                let q = _mm256_and_si256(_mm256_srlv_epi32(word, shifts), nibble);
+                                *v = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(q, two23)), two23_plus_8);
+                            }
                         }
                     }
                 }
                 let int4 = matches!(lin.w, Weight::Int4 { .. });
                 for i in 0..m {
+                    // Loaded once per input row and reused by every row of the tile.
                     let xs = xp.add(i * inp + b * 32);
+                    let xv = [
+                        _mm256_loadu_ps(xs),
+                        _mm256_loadu_ps(xs.add(8)),
+                        _mm256_loadu_ps(xs.add(16)),
+                        _mm256_loadu_ps(xs.add(24)),
+                    ];
                     for t in 0..nt {
-                        let g = block_dot(&wv[t], xs);
+                        let g = block_dot(&wv[t], &xv);
                         let a = &mut acc[t * m + i][b % 4];
                         *a = if int4 { _mm256_fmadd_ps(sv[t], g, *a) } else { _mm256_add_ps(*a, g) };
                     }

@@ -3,8 +3,16 @@
 //! Scheduling follows SGLang's loop: a waiting queue; whenever a slot is free
 //! (running < max_running_requests) the waiting requests are prefilled as their own forward
 //! (EAGLE disables mixed chunked prefill), which yields each one's first token; otherwise one
-//! decode round runs over every running request. Tokens a round commits become visible at
-//! the round's end. Each round is priced by the [`CostModel`].
+//! decode round runs over every running request. Each round is priced by the [`CostModel`].
+//!
+//! Tokens a forward commits reach the client through the front end (detokenizer, tokenizer
+//! manager + HTTP streaming, the client's own parsing): a FIFO server costing
+//! `host.frontend_per_token_us` per output token, pipelined with the GPU (the scheduler runs
+//! ahead; SGLang's ZMQ hand-off does not block it). A token is visible when the front end has
+//! handled it; a request is finished for the client when its last token is visible, and the
+//! closed-loop client's next request then arrives during the scheduler's current forward and
+//! waits for it (it is admitted at the next forward boundary). With the cost at 0 a token is
+//! visible at the end of its round.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
