@@ -56,7 +56,9 @@ fn too_many_draft_tokens_names_sglang_rule() {
 
 #[test]
 fn partial_speculative_settings_name_sglang_rule() {
-    let bad = SPEC.replace("num_draft_tokens = 3\n", "").replace("eagle_topk = 1\n", "eagle_topk = 2\n");
+    let bad = SPEC
+        .replace("num_draft_tokens = 3\n", "")
+        .replace("eagle_topk = 1\n", "eagle_topk = 2\n");
     insta::assert_snapshot!(run_file(&bad, &[]));
 }
 
@@ -96,9 +98,15 @@ fn run_with_trace(trace_bytes: Option<Vec<u8>>) -> String {
     if let Some(bytes) = trace_bytes {
         std::fs::write(dir.path().join("trace.kbt"), bytes).unwrap();
     }
-    let (code, stdout, stderr) = kbench(dir.path(), &["experiment", "exp.toml", "--json", "out.json"]);
+    let (code, stdout, stderr) = kbench(
+        dir.path(),
+        &["experiment", "exp.toml", "--json", "out.json"],
+    );
     assert!(!stderr.contains("panicked"), "panic: {stderr}");
-    assert!(!dir.path().join("out.json").exists(), "a failed run left a report");
+    assert!(
+        !dir.path().join("out.json").exists(),
+        "a failed run left a report"
+    );
     format!("exit code: {code}\nstdout:\n{stdout}stderr:\n{stderr}")
 }
 
@@ -136,10 +144,24 @@ fn trace_too_shallow_for_the_config_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let (code, _, stderr) = kbench(
         dir.path(),
-        &["trace", "synth", "--accept", "0.7,0.6", "--sequences", "2", "--positions", "32", "--out", "t.kbt"],
+        &[
+            "trace",
+            "synth",
+            "--accept",
+            "0.7,0.6",
+            "--sequences",
+            "2",
+            "--positions",
+            "32",
+            "--out",
+            "t.kbt",
+        ],
     );
     assert_eq!(code, 0, "{stderr}");
-    let exp = SPEC.replace("trace.kbt", "t.kbt").replace("num_steps = 2", "num_steps = 3").replace("num_draft_tokens = 3", "num_draft_tokens = 4");
+    let exp = SPEC
+        .replace("trace.kbt", "t.kbt")
+        .replace("num_steps = 2", "num_steps = 3")
+        .replace("num_draft_tokens = 3", "num_draft_tokens = 4");
     std::fs::write(dir.path().join("exp.toml"), exp).unwrap();
     let (code, _, stderr) = kbench(dir.path(), &["experiment", "exp.toml"]);
     insta::assert_snapshot!(format!("exit code: {code}\nstderr:\n{stderr}"));

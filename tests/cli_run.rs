@@ -45,13 +45,24 @@ fn writes_json_csv_and_plot() {
     );
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("saturation"), "{stdout}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let levels = report["levels"].as_array().unwrap();
     assert_eq!(levels.len(), 2);
     for key in [
-        "concurrency", "completed", "duration_s", "output_throughput", "accept_length",
-        "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
-        "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
+        "concurrency",
+        "completed",
+        "duration_s",
+        "output_throughput",
+        "accept_length",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "median_tpot_ms",
+        "p99_tpot_ms",
+        "median_itl_ms",
+        "p99_itl_ms",
     ] {
         assert!(levels[0].get(key).is_some(), "missing {key}");
     }
@@ -74,7 +85,15 @@ fn quiet_prints_nothing() {
     let exp = repo_root().join("experiments/baseline.toml");
     let (code, stdout, stderr) = kbench(
         &repo_root(),
-        &["experiment", exp.to_str().unwrap(), "--quiet", "--concurrency", "1", "--num-requests", "2"],
+        &[
+            "experiment",
+            exp.to_str().unwrap(),
+            "--quiet",
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "2",
+        ],
     );
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, "");
@@ -85,8 +104,17 @@ fn unwritable_output_fails_cleanly() {
     let exp = repo_root().join("experiments/baseline.toml");
     let (code, _, stderr) = kbench(
         &repo_root(),
-        &["experiment", exp.to_str().unwrap(), "--quiet", "--concurrency", "1", "--num-requests", "2",
-          "--json", "/nonexistent-dir/r.json"],
+        &[
+            "experiment",
+            exp.to_str().unwrap(),
+            "--quiet",
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "2",
+            "--json",
+            "/nonexistent-dir/r.json",
+        ],
     );
     assert_eq!(code, 5, "{stderr}");
     assert!(stderr.contains("/nonexistent-dir/r.json"));

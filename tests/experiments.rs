@@ -25,7 +25,10 @@ fn sim_experiments() -> Vec<PathBuf> {
 }
 
 fn relative(p: &std::path::Path) -> String {
-    p.strip_prefix(common::repo_root()).unwrap().display().to_string()
+    p.strip_prefix(common::repo_root())
+        .unwrap()
+        .display()
+        .to_string()
 }
 
 fn rendered(reports: &[Report]) -> String {
@@ -48,11 +51,15 @@ fn every_sim_experiment_report_is_pinned() {
     let files = sim_experiments();
     assert!(files.len() >= 6, "experiments/ lost files: {files:?}");
     for file in files {
-        let reports = run_file(&file, &[], true).unwrap_or_else(|e| panic!("{}: {}", file.display(), e.message));
+        let reports = run_file(&file, &[], true)
+            .unwrap_or_else(|e| panic!("{}: {}", file.display(), e.message));
         let name = file.file_stem().unwrap().to_string_lossy().into_owned();
         // Paths inside reports are relative to the repo so snapshots hold on any checkout.
         let root = format!("{}/", common::repo_root().display());
-        insta::assert_snapshot!(format!("{name}_table"), rendered(&reports).replace(&root, ""));
+        insta::assert_snapshot!(
+            format!("{name}_table"),
+            rendered(&reports).replace(&root, "")
+        );
         insta::assert_snapshot!(format!("{name}_json"), json(&reports).replace(&root, ""));
         let _ = relative(&file);
     }
@@ -86,7 +93,10 @@ fn command_line_overrides_reach_the_run() {
     let file = common::repo_root().join("experiments/topk1_v2.toml");
     let reports = run_file(
         &file,
-        &["benchmark.concurrency=[2]".into(), "benchmark.requests_per_level=3".into()],
+        &[
+            "benchmark.concurrency=[2]".into(),
+            "benchmark.requests_per_level=3".into(),
+        ],
         true,
     )
     .unwrap();

@@ -44,10 +44,9 @@ pub fn acceptance_for(exp: &Experiment) -> CliResult<Option<Arc<dyn AcceptanceMo
         )
     })?;
     let t = trace::read(path).map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
-    let acceptance = TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.spec)
-        .map_err(|e| {
-            CliError::from_chain(exit::INVALID_INPUT, &e)
-                .prefixed(format!("{}", path.display()))
+    let acceptance =
+        TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.spec).map_err(|e| {
+            CliError::from_chain(exit::INVALID_INPUT, &e).prefixed(format!("{}", path.display()))
         })?;
     Ok(Some(Arc::new(acceptance)))
 }

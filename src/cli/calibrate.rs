@@ -8,8 +8,8 @@ use std::sync::Arc;
 use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::atomic::write_atomic;
 use kbench_core::spec::{load_experiment, Experiment};
-use kbench_sim::calibrate::{read_measurements, run_with};
 use kbench_sim::acceptance::ConstantAcceptance;
+use kbench_sim::calibrate::{read_measurements, run_with};
 
 use super::args::CalibrateArgs;
 use super::backends::acceptance_for;
@@ -21,7 +21,11 @@ pub fn run(a: CalibrateArgs) -> CliResult<()> {
     // with the same messages `kbench experiment` gives.
     let m = read_measurements(&a.measurements)
         .map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
-    let dir = a.measurements.parent().map(PathBuf::from).unwrap_or_default();
+    let dir = a
+        .measurements
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default();
     let mut acceptance: BTreeMap<PathBuf, Arc<dyn AcceptanceModel>> = BTreeMap::new();
     for p in &m.points {
         let path = dir.join(&p.experiment);

@@ -7,12 +7,12 @@ use kbench_core::backend::Backend;
 use kbench_core::seed::rng_for;
 use kbench_core::spec::{variant_files, Experiment, VerifyMethod};
 use kbench_core::trace::{self as ktrace, ProbEncoding, TraceForm};
-use kbench_engine::{Device, EngineBackend, GenerateOptions, Model, Preset, SpecSettings, TraceOptions};
+use kbench_engine::{
+    Device, EngineBackend, GenerateOptions, Model, Preset, SpecSettings, TraceOptions,
+};
 use rand::RngExt;
 
-use super::args::{
-    GenerateArgs, KernelsCommand, ModelCommand, ModelInitArgs, TraceRecordArgs,
-};
+use super::args::{GenerateArgs, KernelsCommand, ModelCommand, ModelInitArgs, TraceRecordArgs};
 use super::error::{spec_error, CliError, CliResult};
 use super::exit;
 
@@ -73,11 +73,17 @@ fn model_init(a: ModelInitArgs) -> CliResult<()> {
     if !(0.0..=1.0).contains(&a.draft_quality) {
         return Err(CliError::new(
             exit::INVALID_INPUT,
-            format!("--draft-quality {}: must be between 0.0 and 1.0", a.draft_quality),
+            format!(
+                "--draft-quality {}: must be between 0.0 and 1.0",
+                a.draft_quality
+            ),
         ));
     }
     if a.layers == Some(0) {
-        return Err(CliError::new(exit::INVALID_INPUT, "--layers 0: a model needs at least one layer"));
+        return Err(CliError::new(
+            exit::INVALID_INPUT,
+            "--layers 0: a model needs at least one layer",
+        ));
     }
     kbench_engine::init_model(preset, a.layers, a.seed, a.draft_quality, &a.out)
         .map_err(|e| CliError::from_chain(exit::OUTPUT, &e))?;
@@ -120,7 +126,10 @@ fn spec_settings(
         ..Default::default()
     };
     let s = kbench_core::spec::validate_speculative(&section).map_err(|v| {
-        CliError::new(exit::INVALID_INPUT, format!("{}: {}\n  fix: {}", v.rule, v.message, v.fix))
+        CliError::new(
+            exit::INVALID_INPUT,
+            format!("{}: {}\n  fix: {}", v.rule, v.message, v.fix),
+        )
     })?;
     Ok(SpecSettings {
         num_steps: s.num_steps,
@@ -132,7 +141,10 @@ fn spec_settings(
 
 pub fn generate(a: GenerateArgs) -> CliResult<()> {
     if a.max_tokens == 0 {
-        return Err(CliError::new(exit::INVALID_INPUT, "--max-tokens 0 generates nothing"));
+        return Err(CliError::new(
+            exit::INVALID_INPUT,
+            "--max-tokens 0 generates nothing",
+        ));
     }
     let speculative = a.draft.is_some()
         || a.num_steps.is_some()
@@ -140,7 +152,12 @@ pub fn generate(a: GenerateArgs) -> CliResult<()> {
         || a.num_draft_tokens.is_some();
     let spec = if speculative {
         let verify = verify_method(a.verify.as_deref(), a.temperature)?;
-        Some(spec_settings(a.num_steps, a.eagle_topk, a.num_draft_tokens, verify)?)
+        Some(spec_settings(
+            a.num_steps,
+            a.eagle_topk,
+            a.num_draft_tokens,
+            verify,
+        )?)
     } else {
         None
     };
@@ -151,9 +168,13 @@ pub fn generate(a: GenerateArgs) -> CliResult<()> {
         seed: a.seed,
         spec,
     };
-    let result = kbench_engine::generate(&a.model, a.draft.as_deref(), &opts).map_err(engine_err)?;
+    let result =
+        kbench_engine::generate(&a.model, a.draft.as_deref(), &opts).map_err(engine_err)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&result).expect("result serializes"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).expect("result serializes")
+        );
     } else {
         println!("{}", result.text);
         let accept = result
@@ -175,20 +196,31 @@ pub fn record_trace(a: TraceRecordArgs) -> CliResult<()> {
     let model = Model::load(&a.model, Some(&draft_dir), Device::Cpu).map_err(engine_err)?;
     let vocab = model.target.arch.vocab_size;
     if a.prompts == 0 || a.prompt_len == 0 {
-        return Err(CliError::new(exit::INVALID_INPUT, "--prompts and --prompt-len must be 1 or more"));
+        return Err(CliError::new(
+            exit::INVALID_INPUT,
+            "--prompts and --prompt-len must be 1 or more",
+        ));
     }
     // Prompts are random token ids, reproducible from the seed and the prompt's index.
     let prompts: Vec<(u64, Vec<u32>)> = (0..a.prompts as u64)
         .map(|id| {
             let mut rng = rng_for(a.seed, "prompt", id);
-            (id, (0..a.prompt_len).map(|_| rng.random_range(0..vocab)).collect())
+            (
+                id,
+                (0..a.prompt_len)
+                    .map(|_| rng.random_range(0..vocab))
+                    .collect(),
+            )
         })
         .collect();
     let opts = TraceOptions {
         depth: a.depth,
         topk: a.topk,
         max_new: a.max_tokens as usize,
-        dataset: format!("{} random-token prompts of {} tokens (seed {})", a.prompts, a.prompt_len, a.seed),
+        dataset: format!(
+            "{} random-token prompts of {} tokens (seed {})",
+            a.prompts, a.prompt_len, a.seed
+        ),
         prob_encoding: ProbEncoding::Linear16,
     };
     let t = kbench_engine::record_trace(&model, &prompts, &opts).map_err(engine_err)?;
@@ -207,10 +239,16 @@ pub fn record_trace(a: TraceRecordArgs) -> CliResult<()> {
 
 pub fn kernels_command(cmd: KernelsCommand) -> CliResult<()> {
     let KernelsCommand::Check(a) = cmd;
-    let archs: Vec<&str> = a.arch.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
-    if let Some(bad) = archs.iter().find(|a| {
-        !(a.starts_with("sm_") && a[3..].chars().all(|c| c.is_ascii_digit() || c == 'a'))
-    }) {
+    let archs: Vec<&str> = a
+        .arch
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if let Some(bad) = archs
+        .iter()
+        .find(|a| !(a.starts_with("sm_") && a[3..].chars().all(|c| c.is_ascii_digit() || c == 'a')))
+    {
         return Err(CliError::new(
             exit::INVALID_INPUT,
             format!("--arch {bad}: expected a compute capability like sm_90 or sm_120"),
@@ -242,7 +280,10 @@ pub fn kernels_command(cmd: KernelsCommand) -> CliResult<()> {
             }
         }
     }
-    println!("{} kernels compiled, {failed} failed", results.len() - failed);
+    println!(
+        "{} kernels compiled, {failed} failed",
+        results.len() - failed
+    );
     if failed > 0 {
         return Err(CliError::new(
             exit::CHECK_FAILED,

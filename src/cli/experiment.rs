@@ -35,7 +35,11 @@ pub fn run(args: ExperimentArgs) -> CliResult<()> {
 
 /// Runs every variant of an experiment file with `--set`-style overrides: what
 /// `kbench experiment` does before rendering. Tests and benchmarks call it directly.
-pub fn run_file(path: &std::path::Path, overrides: &[String], quiet: bool) -> CliResult<Vec<Report>> {
+pub fn run_file(
+    path: &std::path::Path,
+    overrides: &[String],
+    quiet: bool,
+) -> CliResult<Vec<Report>> {
     super::engine::prepare_models(path, overrides)?;
     let variants = load_experiment(path, overrides).map_err(|e| spec_error(&e))?;
     variants.iter().map(|v| run_variant(v, quiet)).collect()

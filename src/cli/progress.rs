@@ -30,11 +30,14 @@ impl LevelProgress {
             return None;
         }
         if self.bar.is_none() {
-            let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+            let bar =
+                ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
             bar.set_style(
-                ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} requests {msg} ({elapsed})")
-                    .expect("static template")
-                    .progress_chars("=> "),
+                ProgressStyle::with_template(
+                    "{prefix} [{bar:30}] {pos}/{len} requests {msg} ({elapsed})",
+                )
+                .expect("static template")
+                .progress_chars("=> "),
             );
             bar.set_prefix(self.label.clone());
             self.bar = Some(bar);

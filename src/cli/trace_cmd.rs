@@ -25,8 +25,13 @@ fn invalid(e: &(dyn std::error::Error + 'static)) -> CliError {
 fn synth(a: TraceSynthArgs) -> CliResult<()> {
     let mut p: SynthParams = match (&a.preset, &a.params) {
         (_, Some(path)) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| io_error(exit::INVALID_INPUT, format!("reading {}", path.display()), e))?;
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                io_error(
+                    exit::INVALID_INPUT,
+                    format!("reading {}", path.display()),
+                    e,
+                )
+            })?;
             toml::from_str(&text).map_err(|e| {
                 CliError::new(
                     exit::INVALID_INPUT,
@@ -40,7 +45,10 @@ fn synth(a: TraceSynthArgs) -> CliResult<()> {
                 let known: Vec<&str> = trace::PRESETS.iter().map(|p| p.name).collect();
                 CliError::new(
                     exit::INVALID_INPUT,
-                    format!("unknown trace preset `{name}` (known: {})", known.join(", ")),
+                    format!(
+                        "unknown trace preset `{name}` (known: {})",
+                        known.join(", ")
+                    ),
                 )
             })?
         }
@@ -73,9 +81,8 @@ fn synth(a: TraceSynthArgs) -> CliResult<()> {
         p.dataset = v.clone();
     }
     let t = trace::synth(&p).map_err(|e| invalid(&e))?;
-    trace::write(&t, &a.out, TraceForm::from_path(&a.out)).map_err(|e| {
-        CliError::from_chain(exit::OUTPUT, &e)
-    })?;
+    trace::write(&t, &a.out, TraceForm::from_path(&a.out))
+        .map_err(|e| CliError::from_chain(exit::OUTPUT, &e))?;
     let shape = TreeShape::new(3.min(p.depth), 1, 3.min(p.depth) + 1).map_err(|e| invalid(&e))?;
     let al = trace::accept_length(&t, &shape).map_err(|e| invalid(&e))?;
     println!(
@@ -96,9 +103,8 @@ fn parse_shape(s: &str) -> CliResult<TreeShape> {
     let parts: Vec<&str> = s.split('/').collect();
     let nums: Option<Vec<u32>> = parts.iter().map(|p| p.trim().parse().ok()).collect();
     match nums.as_deref() {
-        Some([a, b, c]) => TreeShape::new(*a, *b, *c).map_err(|e| {
-            CliError::new(exit::INVALID_INPUT, format!("--config {s}: {e}"))
-        }),
+        Some([a, b, c]) => TreeShape::new(*a, *b, *c)
+            .map_err(|e| CliError::new(exit::INVALID_INPUT, format!("--config {s}: {e}"))),
         _ => Err(CliError::new(
             exit::INVALID_INPUT,
             format!("--config {s}: expected STEPS/TOPK/DRAFT_TOKENS, e.g. 3/1/4"),
@@ -111,15 +117,20 @@ fn stats(a: TraceStatsArgs) -> CliResult<()> {
     let shapes = if a.configs.is_empty() {
         trace::standard_shapes(t.depth(), t.topk())
     } else {
-        a.configs.iter().map(|c| parse_shape(c)).collect::<CliResult<Vec<_>>>()?
+        a.configs
+            .iter()
+            .map(|c| parse_shape(c))
+            .collect::<CliResult<Vec<_>>>()?
     };
-    let s = trace::stats(&t, &shapes).map_err(|e| {
-        invalid(&e).prefixed(a.file.display())
-    })?;
+    let s = trace::stats(&t, &shapes).map_err(|e| invalid(&e).prefixed(a.file.display()))?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = if a.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&s).expect("stats serialize"))
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&s).expect("stats serialize")
+        )
     } else {
         write_stats(&mut out, &a.file.display().to_string(), &s)
     };
@@ -138,7 +149,10 @@ pub fn write_stats(out: &mut dyn Write, name: &str, s: &TraceStats) -> std::io::
         "  {} sequences, {} positions, depth {}, top-{}",
         s.sequences, s.total_positions, s.depth, s.topk
     )?;
-    writeln!(out, "  depth  conditional  cumulative   top-1  in top-K  mean top-1 prob")?;
+    writeln!(
+        out,
+        "  depth  conditional  cumulative   top-1  in top-K  mean top-1 prob"
+    )?;
     for d in &s.per_depth {
         writeln!(
             out,
@@ -146,7 +160,10 @@ pub fn write_stats(out: &mut dyn Write, name: &str, s: &TraceStats) -> std::io::
             d.depth, d.conditional, d.cumulative, d.top1, d.in_top_k, d.mean_top1_prob
         )?;
     }
-    writeln!(out, "  steps/topk/draft  accept length (per round)  per position  bounds")?;
+    writeln!(
+        out,
+        "  steps/topk/draft  accept length (per round)  per position  bounds"
+    )?;
     for al in &s.accept_length {
         writeln!(
             out,

@@ -138,7 +138,9 @@ impl ModelArch {
     }
 
     pub fn num_moe_layers(&self) -> u32 {
-        (0..self.num_layers).filter(|&l| self.is_moe_layer(l)).count() as u32
+        (0..self.num_layers)
+            .filter(|&l| self.is_moe_layer(l))
+            .count() as u32
     }
 
     /// Bytes of KV cache per token per layer in BF16: MLA keeps the latent (kv_lora_rank +
@@ -454,7 +456,12 @@ impl DraftArch {
         let capture_layers = v
             .pointer("/eagle_config/eagle_aux_hidden_state_layer_ids")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_u64).map(|x| x as u32).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_u64)
+                    .map(|x| x as u32)
+                    .collect()
+            })
             .unwrap_or_else(|| target.eagle3_capture_layer_outputs().to_vec());
         Ok(DraftArch {
             name: path

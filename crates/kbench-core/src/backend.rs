@@ -38,7 +38,10 @@ impl RequestRecord {
         self.token_times_ns.len() as u32
     }
     pub fn finished_ns(&self) -> Nanos {
-        self.token_times_ns.last().copied().unwrap_or(self.submitted_ns)
+        self.token_times_ns
+            .last()
+            .copied()
+            .unwrap_or(self.submitted_ns)
     }
 }
 
@@ -52,7 +55,10 @@ pub enum BackendError {
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     #[error("{backend} backend: no request can finish (submitted {pending}, none in progress)")]
-    Stalled { backend: &'static str, pending: usize },
+    Stalled {
+        backend: &'static str,
+        pending: usize,
+    },
 }
 
 impl BackendError {

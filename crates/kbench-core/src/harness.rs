@@ -72,7 +72,10 @@ pub fn run_levels(
         let mut session = backend.start_level(c)?;
         let mut done = 0u32;
         let mut records = Vec::with_capacity(total as usize);
-        for (warmup, count) in [(true, plan.warmup_requests), (false, plan.requests_per_level)] {
+        for (warmup, count) in [
+            (true, plan.warmup_requests),
+            (false, plan.requests_per_level),
+        ] {
             let mut next = 0u32;
             let mut in_flight = 0u32;
             while next < count && in_flight < c {
@@ -112,4 +115,3 @@ pub fn run_levels(
     }
     Ok(out)
 }
-

@@ -3,10 +3,10 @@
 pub mod acceptance;
 pub mod arch;
 pub mod atomic;
-pub mod report;
 pub mod backend;
 pub mod harness;
 pub mod metrics;
+pub mod report;
 pub mod seed;
 pub mod spec;
 pub mod trace;

@@ -51,7 +51,13 @@ pub fn level_metrics(concurrency: u32, records: &[RequestRecord]) -> LevelMetric
     let duration_s = end.saturating_sub(start) as f64 / 1e9;
     let total_input_tokens: u64 = measured.iter().map(|r| r.input_len as u64).sum();
     let total_output_tokens: u64 = measured.iter().map(|r| r.output_tokens() as u64).sum();
-    let rate = |x: f64| if duration_s > 0.0 { x / duration_s } else { 0.0 };
+    let rate = |x: f64| {
+        if duration_s > 0.0 {
+            x / duration_s
+        } else {
+            0.0
+        }
+    };
 
     let mut ttft = Vec::with_capacity(measured.len());
     let mut tpot = Vec::new();
@@ -169,7 +175,12 @@ mod tests {
     #[test]
     fn chunked_tokens_count_one_itl_gap() {
         // Token 1 at 10 ms, then a round committing 3 tokens at 30 ms, then 1 at 40 ms.
-        let r = rec(1, 0, &[10_000_000, 30_000_000, 30_000_000, 30_000_000, 40_000_000], &[3, 1]);
+        let r = rec(
+            1,
+            0,
+            &[10_000_000, 30_000_000, 30_000_000, 30_000_000, 40_000_000],
+            &[3, 1],
+        );
         let m = level_metrics(1, &[r]);
         assert_eq!(m.completed, 1);
         assert!((m.mean_ttft_ms - 10.0).abs() < 1e-9);

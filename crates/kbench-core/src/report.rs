@@ -184,7 +184,12 @@ pub fn build_report(
             .collect(),
     });
     let mut warnings = warnings;
-    warnings.extend(exp.spec.unsupported.iter().map(|u| format!("unsupported by SGLang: {u}")));
+    warnings.extend(
+        exp.spec
+            .unsupported
+            .iter()
+            .map(|u| format!("unsupported by SGLang: {u}")),
+    );
     Report {
         format_version: REPORT_FORMAT_VERSION,
         experiment: summarize_experiment(exp, variant),

@@ -16,7 +16,10 @@ fn presets_are_calibrated_from_the_base_shape() {
     let shape = TreeShape::chain(3).unwrap();
     for p in PRESETS {
         let shipped = preset(p.name).unwrap();
-        let base = SynthParams { accept: BASE.to_vec(), ..shipped.clone() };
+        let base = SynthParams {
+            accept: BASE.to_vec(),
+            ..shipped.clone()
+        };
         let cal = calibrate(&base, &shape, p.target_accept_length).unwrap();
         println!("{}: accept = {:?}", p.name, cal.accept);
         assert_eq!(cal, shipped, "{}: recalibration gives other rates", p.name);

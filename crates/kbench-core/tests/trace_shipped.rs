@@ -82,7 +82,10 @@ fn shipped_traces_are_calibrated_and_labelled() {
             tree.per_round,
             chain.per_round
         );
-        assert!(tree.per_position_lower <= tree.per_position && tree.per_position <= tree.per_position_upper);
+        assert!(
+            tree.per_position_lower <= tree.per_position
+                && tree.per_position <= tree.per_position_upper
+        );
         println!("{}: chain {:?}\ntree {:?}", p.name, chain, tree);
     }
 }

@@ -258,7 +258,10 @@ fn second_token_follows_the_target_given_the_first() {
         let mut counts = [0u64; 6];
         while counts.iter().sum::<u64>() < TRIALS as u64 {
             let (a, b) = if method == "exact" {
-                (sample_from(&Q, &mut rng).unwrap() as u32, sample_from(&Q1, &mut rng).unwrap() as u32)
+                (
+                    sample_from(&Q, &mut rng).unwrap() as u32,
+                    sample_from(&Q1, &mut rng).unwrap() as u32,
+                )
             } else {
                 (1, 2)
             };
@@ -275,6 +278,9 @@ fn second_token_follows_the_target_given_the_first() {
             }
         }
         let chi = chi_square(&counts, &P1);
-        assert!(chi < CRIT_DF5, "{method}: chi-square {chi} counts {counts:?}");
+        assert!(
+            chi < CRIT_DF5,
+            "{method}: chi-square {chi} counts {counts:?}"
+        );
     }
 }

@@ -30,7 +30,9 @@ fn kernels(c: &mut Criterion) {
         }
     };
     let mut g = c.benchmark_group("gpu");
-    g.warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_millis(1500)).sample_size(10);
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_millis(1500))
+        .sample_size(10);
     for mut case in cases {
         g.throughput(Throughput::Bytes(case.bytes as u64));
         let name = case.name.clone();

@@ -44,16 +44,29 @@ pub struct Case<'a> {
 // SGLang 0.5.14 on H200 (aiconfigurator-core 0.12.0 h200_sxm tables; ms per call).
 /// Marlin INT4 MoE (int4_wo), 384 experts, top-8, moe_tp 1, ep 1: (tokens, balanced, power_law_1.01)
 pub const SGLANG_MARLIN_MOE: &[(usize, f64, f64)] = &[
-    (1, 0.08634, 0.08375), (8, 0.46391, 0.46743), (16, 0.96227, 0.82196), (32, 1.77141, 1.26337), (64, 2.64439, 1.77981), (128, 3.03832, 2.24152),
+    (1, 0.08634, 0.08375),
+    (8, 0.46391, 0.46743),
+    (16, 0.96227, 0.82196),
+    (32, 1.77141, 1.26337),
+    (64, 2.64439, 1.77981),
+    (128, 3.03832, 2.24152),
 ];
 /// MLA decode (mla_generation, flash_attention kernel, bf16 KV), 64 heads, batch 64, step 4095.
 pub const SGLANG_MLA_B64_CTX4095: f64 = 0.10392;
 /// torch bf16 linear (m, n, k, ms).
 pub const SGLANG_BF16_GEMM: &[(usize, usize, usize, f64)] = &[
-    (1, 1536, 7168, 0.010210), (16, 1536, 7168, 0.010171), (64, 1536, 7168, 0.010660),
-    (1, 4096, 7168, 0.018985), (16, 4096, 7168, 0.020635), (64, 4096, 7168, 0.021251),
-    (1, 7168, 8192, 0.032725), (16, 7168, 8192, 0.033737), (64, 7168, 8192, 0.031405),
-    (1, 12288, 1536, 0.012492), (16, 12288, 1536, 0.012583), (64, 12288, 1536, 0.012572),
+    (1, 1536, 7168, 0.010210),
+    (16, 1536, 7168, 0.010171),
+    (64, 1536, 7168, 0.010660),
+    (1, 4096, 7168, 0.018985),
+    (16, 4096, 7168, 0.020635),
+    (64, 4096, 7168, 0.021251),
+    (1, 7168, 8192, 0.032725),
+    (16, 7168, 8192, 0.033737),
+    (64, 7168, 8192, 0.031405),
+    (1, 12288, 1536, 0.012492),
+    (16, 12288, 1536, 0.012583),
+    (64, 12288, 1536, 0.012572),
 ];
 pub const SGLANG_BF16_8192: f64 = 2.17027;
 
@@ -84,7 +97,14 @@ pub fn time_case(dev: &CudaDevice, c: &mut Case<'_>, warm: usize, reps: usize) -
     }
     dev.sync()?;
     let ms = dev.time_ms(reps, || (c.run)())?;
-    Ok(BenchRow { name: c.name.clone(), ms, bytes: c.bytes, flops: c.flops, ref_ms: c.ref_ms, ref_name: c.ref_name })
+    Ok(BenchRow {
+        name: c.name.clone(),
+        ms,
+        bytes: c.bytes,
+        flops: c.flops,
+        ref_ms: c.ref_ms,
+        ref_name: c.ref_name,
+    })
 }
 
 /// Device-to-device copy bandwidth (bytes read + written per second), GB/s.
@@ -104,7 +124,9 @@ pub fn copy_bandwidth(dev: &CudaDevice) -> Result<f64> {
 pub fn cublas_bf16_tflops(dev: &CudaDevice, n: usize) -> Result<f64> {
     use cudarc::cublas::sys as cb;
     if !unsafe { cb::is_culib_present() } {
-        return Err(CudaError::Cublas("libcublas not loadable (add its directory to LD_LIBRARY_PATH)".into()));
+        return Err(CudaError::Cublas(
+            "libcublas not loadable (add its directory to LD_LIBRARY_PATH)".into(),
+        ));
     }
     let mut rng = Rand::new(7);
     let a = rand_bf16(dev, &mut rng, n * n, 1.0)?;
@@ -119,10 +141,27 @@ pub fn cublas_bf16_tflops(dev: &CudaDevice, n: usize) -> Result<f64> {
     let (alpha, beta) = (1.0f32, 0.0f32);
     let run = || -> Result<()> {
         let st = unsafe {
-            cb::cublasGemmEx(h, cb::cublasOperation_t::CUBLAS_OP_N, cb::cublasOperation_t::CUBLAS_OP_N, n as i32, n as i32, n as i32,
-                &alpha as *const f32 as *const _, a.ptr() as *const _, cb::cudaDataType::CUDA_R_16BF, n as i32,
-                b.ptr() as *const _, cb::cudaDataType::CUDA_R_16BF, n as i32, &beta as *const f32 as *const _,
-                c.ptr() as *mut _, cb::cudaDataType::CUDA_R_16BF, n as i32, cb::cublasComputeType_t::CUBLAS_COMPUTE_32F, cb::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT)
+            cb::cublasGemmEx(
+                h,
+                cb::cublasOperation_t::CUBLAS_OP_N,
+                cb::cublasOperation_t::CUBLAS_OP_N,
+                n as i32,
+                n as i32,
+                n as i32,
+                &alpha as *const f32 as *const _,
+                a.ptr() as *const _,
+                cb::cudaDataType::CUDA_R_16BF,
+                n as i32,
+                b.ptr() as *const _,
+                cb::cudaDataType::CUDA_R_16BF,
+                n as i32,
+                &beta as *const f32 as *const _,
+                c.ptr() as *mut _,
+                cb::cudaDataType::CUDA_R_16BF,
+                n as i32,
+                cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cb::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
+            )
         };
         if st != cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
             return Err(CudaError::Cublas(format!("cublasGemmEx: {st:?}")));
@@ -142,15 +181,28 @@ pub fn cublas_bf16_tflops(dev: &CudaDevice, n: usize) -> Result<f64> {
 pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>>> {
     let mut cases: Vec<Case<'a>> = vec![];
     let mut rng = Rand::new(11);
-    let rot = |bytes: usize| -> usize { ((4 * dev.l2_bytes.max(1)) / bytes.max(1)).clamp(1, 16) + 1 };
+    let rot =
+        |bytes: usize| -> usize { ((4 * dev.l2_bytes.max(1)) / bytes.max(1)).clamp(1, 16) + 1 };
     let ws = std::rc::Rc::new(dev.alloc::<f32>(32 << 20)?);
     // INT4 matmul, N = K = 7168
     let (n, k) = (7168usize, 7168usize);
     let wbytes = n * k / 2 + n * k / 32 * 2;
     let copies = rot(wbytes);
-    let wq = std::rc::Rc::new((0..copies).map(|_| pattern_u32(dev, n * k / 8, Q4_WORD)).collect::<Result<Vec<_>>>()?);
-    let sc = std::rc::Rc::new((0..copies).map(|_| pattern_u16(dev, n * k / 32, SCALE_WORD)).collect::<Result<Vec<_>>>()?);
-    let ms: &[usize] = if quick { &[1, 16] } else { &[1, 2, 4, 8, 16, 64] };
+    let wq = std::rc::Rc::new(
+        (0..copies)
+            .map(|_| pattern_u32(dev, n * k / 8, Q4_WORD))
+            .collect::<Result<Vec<_>>>()?,
+    );
+    let sc = std::rc::Rc::new(
+        (0..copies)
+            .map(|_| pattern_u16(dev, n * k / 32, SCALE_WORD))
+            .collect::<Result<Vec<_>>>()?,
+    );
+    let ms: &[usize] = if quick {
+        &[1, 16]
+    } else {
+        &[1, 2, 4, 8, 16, 64]
+    };
     for &m in ms {
         let x = rand_bf16(dev, &mut rng, m * k, 1.0)?;
         let y = dev.alloc::<u16>(m * n)?;
@@ -165,7 +217,20 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
             ref_name: "",
             run: Box::new(move || {
                 i = (i + 1) % wq.len();
-                ops::int4_matmul(dref, x.ptr(), k, wq[i].ptr(), sc[i].ptr(), y.ptr(), n, false, m, n, k, Some((ws.ptr(), ws.len())))
+                ops::int4_matmul(
+                    dref,
+                    x.ptr(),
+                    k,
+                    wq[i].ptr(),
+                    sc[i].ptr(),
+                    y.ptr(),
+                    n,
+                    false,
+                    m,
+                    n,
+                    k,
+                    Some((ws.ptr(), ws.len())),
+                )
             }),
         });
     }
@@ -175,7 +240,11 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
             continue;
         }
         let copies = rot(n * k * 2);
-        let w = std::rc::Rc::new((0..copies).map(|_| pattern_u16(dev, n * k, BF_PM)).collect::<Result<Vec<_>>>()?);
+        let w = std::rc::Rc::new(
+            (0..copies)
+                .map(|_| pattern_u16(dev, n * k, BF_PM))
+                .collect::<Result<Vec<_>>>()?,
+        );
         let x = rand_bf16(dev, &mut rng, m * k, 1.0)?;
         let y = dev.alloc::<u16>(m * n)?;
         let ws = ws.clone();
@@ -189,25 +258,54 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
             ref_name: "torch bf16 linear",
             run: Box::new(move || {
                 i = (i + 1) % w.len();
-                ops::bf16_matmul(dref, x.ptr(), k, 0, w[i].ptr(), k, 0, y.ptr(), n, 0, false, m, n, k, 1, Some((ws.ptr(), ws.len())))
+                ops::bf16_matmul(
+                    dref,
+                    x.ptr(),
+                    k,
+                    0,
+                    w[i].ptr(),
+                    k,
+                    0,
+                    y.ptr(),
+                    n,
+                    0,
+                    false,
+                    m,
+                    n,
+                    k,
+                    1,
+                    Some((ws.ptr(), ws.len())),
+                )
             }),
         });
     }
     // Kimi MoE layer: 384 experts, top-8 (9.5 GB of INT4 weights: no rotation needed)
     let c = MoeConfig::kimi_k25();
     let moe = std::rc::Rc::new(MoeLayerBufs::new(dev, &c)?);
-    let toks: &[usize] = if quick { &[1, 64] } else { &[1, 8, 16, 32, 64, 128] };
+    let toks: &[usize] = if quick {
+        &[1, 64]
+    } else {
+        &[1, 8, 16, 32, 64, 128]
+    };
     let mut moe_cases: Vec<(usize, bool)> = toks.iter().map(|&t| (t, true)).collect();
     moe_cases.push((64, false));
     for (t, balanced) in moe_cases {
-        let (_, bal, _pl) = SGLANG_MARLIN_MOE.iter().cloned().find(|x| x.0 == t).unwrap();
+        let (_, bal, _pl) = SGLANG_MARLIN_MOE
+            .iter()
+            .cloned()
+            .find(|x| x.0 == t)
+            .unwrap();
         // balanced: token i takes experts (8i .. 8i+7) mod E, like aiconfigurator's "balanced"
         let lg: Vec<f32> = if balanced {
             (0..t * c.n_experts)
                 .map(|i| {
                     let (tok, e) = (i / c.n_experts, i % c.n_experts);
                     let hit = (0..c.top_k).any(|j| (tok * c.top_k + j) % c.n_experts == e);
-                    if hit { 8.0 + rng.sym(0.5) } else { -8.0 + rng.sym(0.5) }
+                    if hit {
+                        8.0 + rng.sym(0.5)
+                    } else {
+                        -8.0 + rng.sym(0.5)
+                    }
                 })
                 .collect()
         } else {
@@ -227,20 +325,47 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
         };
         let per_expert = (3 * c.hidden * c.inter) as f64 * 0.5625;
         cases.push(Case {
-            name: format!("moe int4 E384 top8 T{t} {} (route+experts)", if balanced { "balanced" } else { "random" }),
+            name: format!(
+                "moe int4 E384 top8 T{t} {} (route+experts)",
+                if balanced { "balanced" } else { "random" }
+            ),
             bytes: distinct * per_expert + (t * c.hidden * 4) as f64,
             flops: 2.0 * (p * 3 * c.hidden * c.inter) as f64,
             ref_ms: if balanced { Some(bal) } else { None },
-            ref_name: if balanced { "SGLang Marlin MoE (balanced)" } else { "" },
+            ref_name: if balanced {
+                "SGLang Marlin MoE (balanced)"
+            } else {
+                ""
+            },
             run: Box::new(move || {
                 ops::moe_route(dref, &c, logits.ptr(), moe.bias.ptr(), t, &sc)?;
-                ops::moe_experts(dref, &c, x.ptr(), c.hidden, t, &moe.weights(), &sc, 0, 0, out.ptr(), c.hidden)
+                ops::moe_experts(
+                    dref,
+                    &c,
+                    x.ptr(),
+                    c.hidden,
+                    t,
+                    &moe.weights(),
+                    &sc,
+                    0,
+                    0,
+                    out.ptr(),
+                    c.hidden,
+                )
             }),
         });
     }
     // MLA decode / verify
-    let mla: &[(usize, usize, usize, Option<f64>)] = if quick { &[(64, 1, 4095, Some(SGLANG_MLA_B64_CTX4095))] } else {
-        &[(1, 1, 4095, None), (16, 1, 4095, None), (64, 1, 4095, Some(SGLANG_MLA_B64_CTX4095)), (64, 1, 8191, None), (16, 4, 2048, None)]
+    let mla: &[(usize, usize, usize, Option<f64>)] = if quick {
+        &[(64, 1, 4095, Some(SGLANG_MLA_B64_CTX4095))]
+    } else {
+        &[
+            (1, 1, 4095, None),
+            (16, 1, 4095, None),
+            (64, 1, 4095, Some(SGLANG_MLA_B64_CTX4095)),
+            (64, 1, 8191, None),
+            (16, 4, 2048, None),
+        ]
     };
     for &(b, q_len, prefix, r) in mla {
         let h = 64usize;
@@ -251,10 +376,18 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
         let table: Vec<i32> = (0..(b * max_pages) as i32).collect();
         let dt = dev.upload(&table)?;
         let dp = dev.upload(&vec![prefix as i32; b])?;
-        let masks: Vec<u64> = (0..b * q_len).map(|i| (1u64 << ((i % q_len) + 1)) - 1).collect();
+        let masks: Vec<u64> = (0..b * q_len)
+            .map(|i| (1u64 << ((i % q_len) + 1)) - 1)
+            .collect();
         let dm = dev.upload(&masks)?;
         let q = rand_bf16(dev, &mut rng, b * q_len * h * 576, 1.0)?;
-        let shape = MlaShape { batch: b, q_len, heads: h, page_size: ps, max_pages };
+        let shape = MlaShape {
+            batch: b,
+            q_len,
+            heads: h,
+            page_size: ps,
+            max_pages,
+        };
         let splits = ops::mla_splits(dev, &shape, kv_len);
         let (no, nm) = ops::mla_workspace(&shape, splits);
         let op = dev.alloc::<f32>(no)?;
@@ -263,13 +396,34 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
         let dref: &'a CudaDevice = dev;
         let masked = q_len > 1;
         cases.push(Case {
-            name: format!("mla_{} B{b} q{q_len} H{h} kv{kv_len} splits {splits}", if masked { "verify" } else { "decode" }),
+            name: format!(
+                "mla_{} B{b} q{q_len} H{h} kv{kv_len} splits {splits}",
+                if masked { "verify" } else { "decode" }
+            ),
             bytes: (b * kv_len * 576 * 2 + b * q_len * h * (576 + 512) * 2) as f64,
             flops: (b * q_len * h * kv_len * 2 * (576 + 512)) as f64,
             ref_ms: r,
-            ref_name: if r.is_some() { "SGLang MLA decode (flash_attention, bf16 KV)" } else { "" },
+            ref_name: if r.is_some() {
+                "SGLang MLA decode (flash_attention, bf16 KV)"
+            } else {
+                ""
+            },
             run: Box::new(move || {
-                ops::mla_attention(dref, &shape, q.ptr(), cache.ptr(), dt.ptr(), dp.ptr(), if masked { dm.ptr() } else { 0 }, 1.0 / 192f32.sqrt(), splits, op.ptr(), ml.ptr(), out.ptr(), 512)
+                ops::mla_attention(
+                    dref,
+                    &shape,
+                    q.ptr(),
+                    cache.ptr(),
+                    dt.ptr(),
+                    dp.ptr(),
+                    if masked { dm.ptr() } else { 0 },
+                    1.0 / 192f32.sqrt(),
+                    splits,
+                    op.ptr(),
+                    ml.ptr(),
+                    out.ptr(),
+                    512,
+                )
             }),
         });
     }
@@ -297,7 +451,12 @@ impl MoeLayerBufs {
         })
     }
     pub fn weights(&self) -> MoeWeights {
-        MoeWeights { w13: self.w13.ptr(), s13: self.s13.ptr(), w2: self.w2.ptr(), s2: self.s2.ptr() }
+        MoeWeights {
+            w13: self.w13.ptr(),
+            s13: self.s13.ptr(),
+            w2: self.w2.ptr(),
+            s2: self.s2.ptr(),
+        }
     }
 }
 
@@ -305,7 +464,10 @@ impl MoeLayerBufs {
 pub fn kernel_table(dev: &CudaDevice, quick: bool) -> Result<(String, Vec<BenchRow>)> {
     let mut s = String::new();
     let copy = copy_bandwidth(dev)?;
-    let _ = writeln!(s, "ceiling: device-to-device copy {copy:.0} GB/s (read + write)");
+    let _ = writeln!(
+        s,
+        "ceiling: device-to-device copy {copy:.0} GB/s (read + write)"
+    );
     match cublas_bf16_tflops(dev, 8192) {
         Ok(t) => {
             let _ = writeln!(s, "ceiling: cuBLAS bf16 8192^3 {t:.0} TFLOP/s ({:.3} ms; SGLang torch {SGLANG_BF16_8192:.3} ms)", 2.0 * 8192f64.powi(3) / t / 1e9);
@@ -315,7 +477,11 @@ pub fn kernel_table(dev: &CudaDevice, quick: bool) -> Result<(String, Vec<BenchR
         }
     }
     let mut rows = vec![];
-    let _ = writeln!(s, "{:<62} {:>9} {:>8} {:>6} {:>8} {:>9} {:>7}", "case", "ms", "GB/s", "%copy", "TFLOP/s", "ref ms", "ref/us");
+    let _ = writeln!(
+        s,
+        "{:<62} {:>9} {:>8} {:>6} {:>8} {:>9} {:>7}",
+        "case", "ms", "GB/s", "%copy", "TFLOP/s", "ref ms", "ref/us"
+    );
     for mut c in kernel_cases(dev, quick)? {
         let row = match time_case(dev, &mut c, 3, if quick { 10 } else { 30 }) {
             Ok(r) => r,
@@ -333,11 +499,16 @@ pub fn kernel_table(dev: &CudaDevice, quick: bool) -> Result<(String, Vec<BenchR
             100.0 * row.gbs() / copy,
             row.tflops(),
             row.ref_ms.map(|r| format!("{r:.4}")).unwrap_or_default(),
-            row.ref_ms.map(|r| format!("{:.2}x", r / row.ms)).unwrap_or_default()
+            row.ref_ms
+                .map(|r| format!("{:.2}x", r / row.ms))
+                .unwrap_or_default()
         );
         rows.push(row);
     }
-    let _ = writeln!(s, "(ref/us > 1: ours faster than SGLang's kernel on H200; refs from aiconfigurator h200_sxm)");
+    let _ = writeln!(
+        s,
+        "(ref/us > 1: ours faster than SGLang's kernel on H200; refs from aiconfigurator h200_sxm)"
+    );
     Ok((s, rows))
 }
 
@@ -386,7 +557,13 @@ pub struct StackRow {
 
 /// Time `layers` full-width layers for decode (batch b, 1 token each) and verify (4 tokens each,
 /// a chain tree mask) with `context` cached tokens per request. Returns (table, rows, TOML profile).
-pub fn layer_stack(dev: &CudaDevice, layers: usize, context: usize, batches: &[usize], reps: usize) -> Result<(String, Vec<StackRow>, String)> {
+pub fn layer_stack(
+    dev: &CudaDevice,
+    layers: usize,
+    context: usize,
+    batches: &[usize],
+    reps: usize,
+) -> Result<(String, Vec<StackRow>, String)> {
     let c = MoeConfig::kimi_k25();
     let q_len_v = 4usize;
     let bmax = *batches.iter().max().unwrap_or(&1);
@@ -447,7 +624,13 @@ pub fn layer_stack(dev: &CudaDevice, layers: usize, context: usize, batches: &[u
     let mut mla_ws_need = 0usize;
     for &b in batches {
         for ql in [1, q_len_v] {
-            let sh = MlaShape { batch: b, q_len: ql, heads: NH, page_size: ps, max_pages: pages_per_req };
+            let sh = MlaShape {
+                batch: b,
+                q_len: ql,
+                heads: NH,
+                page_size: ps,
+                max_pages: pages_per_req,
+            };
             let (a, m) = ops::mla_workspace(&sh, ops::mla_splits(dev, &sh, context + ql));
             mla_ws_need = mla_ws_need.max(a + m);
         }
@@ -463,11 +646,19 @@ pub fn layer_stack(dev: &CudaDevice, layers: usize, context: usize, batches: &[u
             let prefix = dev.upload(&vec![context as i32; b])?;
             let pos: Vec<i32> = (0..t).map(|i| (context + i % q_len) as i32).collect();
             let dpos = dev.upload(&pos)?;
-            let slots: Vec<i32> = (0..t).map(|i| ((i / q_len) * pages_per_req * ps + context + i % q_len) as i32).collect();
+            let slots: Vec<i32> = (0..t)
+                .map(|i| ((i / q_len) * pages_per_req * ps + context + i % q_len) as i32)
+                .collect();
             let dslots = dev.upload(&slots)?;
             let masks: Vec<u64> = (0..t).map(|i| (1u64 << ((i % q_len) + 1)) - 1).collect();
             let dmask = dev.upload(&masks)?;
-            let shape = MlaShape { batch: b, q_len, heads: NH, page_size: ps, max_pages: pages_per_req };
+            let shape = MlaShape {
+                batch: b,
+                q_len,
+                heads: NH,
+                page_size: ps,
+                max_pages: pages_per_req,
+            };
             let splits = ops::mla_splits(dev, &shape, context + q_len);
             let (na, _) = ops::mla_workspace(&shape, splits);
             let pass = || -> Result<()> {
@@ -475,27 +666,291 @@ pub fn layer_stack(dev: &CudaDevice, layers: usize, context: usize, batches: &[u
                 let mut cur = x0.ptr();
                 for (li, l) in ls.iter().enumerate() {
                     let next = if li % 2 == 0 { xa.ptr() } else { xb.ptr() };
-                    ops::rmsnorm(dev, cur, HID, res.ptr(), res.ptr(), HID, l.attn_norm.ptr(), xn.ptr(), HID, t, HID, 1e-6)?;
-                    ops::bf16_matmul(dev, xn.ptr(), HID, 0, l.q_a.ptr(), HID, 0, qa.ptr(), QLR, 0, false, t, QLR, HID, 1, wso)?;
-                    ops::rmsnorm(dev, qa.ptr(), QLR, 0, 0, 0, l.q_a_norm.ptr(), qa.ptr(), QLR, t, QLR, 1e-6)?;
-                    ops::bf16_matmul(dev, qa.ptr(), QLR, 0, l.q_b.ptr(), QLR, 0, q.ptr(), NH * QK, 0, false, t, NH * QK, QLR, 1, wso)?;
-                    ops::bf16_matmul(dev, xn.ptr(), HID, 0, l.kv_a.ptr(), HID, 0, kv.ptr(), D576, 0, false, t, D576, HID, 1, wso)?;
-                    ops::rmsnorm(dev, kv.ptr(), D576, 0, 0, 0, l.kv_norm.ptr(), kv.ptr(), D576, t, KVL, 1e-6)?;
-                    ops::rope(dev, kv.ptr(), t, 1, D576, D576, KVL, 64, dpos.ptr(), dinv.ptr(), msc, true)?;
-                    ops::rope(dev, q.ptr(), t, NH, NH * QK, QK, NOPE, 64, dpos.ptr(), dinv.ptr(), msc, true)?;
+                    ops::rmsnorm(
+                        dev,
+                        cur,
+                        HID,
+                        res.ptr(),
+                        res.ptr(),
+                        HID,
+                        l.attn_norm.ptr(),
+                        xn.ptr(),
+                        HID,
+                        t,
+                        HID,
+                        1e-6,
+                    )?;
+                    ops::bf16_matmul(
+                        dev,
+                        xn.ptr(),
+                        HID,
+                        0,
+                        l.q_a.ptr(),
+                        HID,
+                        0,
+                        qa.ptr(),
+                        QLR,
+                        0,
+                        false,
+                        t,
+                        QLR,
+                        HID,
+                        1,
+                        wso,
+                    )?;
+                    ops::rmsnorm(
+                        dev,
+                        qa.ptr(),
+                        QLR,
+                        0,
+                        0,
+                        0,
+                        l.q_a_norm.ptr(),
+                        qa.ptr(),
+                        QLR,
+                        t,
+                        QLR,
+                        1e-6,
+                    )?;
+                    ops::bf16_matmul(
+                        dev,
+                        qa.ptr(),
+                        QLR,
+                        0,
+                        l.q_b.ptr(),
+                        QLR,
+                        0,
+                        q.ptr(),
+                        NH * QK,
+                        0,
+                        false,
+                        t,
+                        NH * QK,
+                        QLR,
+                        1,
+                        wso,
+                    )?;
+                    ops::bf16_matmul(
+                        dev,
+                        xn.ptr(),
+                        HID,
+                        0,
+                        l.kv_a.ptr(),
+                        HID,
+                        0,
+                        kv.ptr(),
+                        D576,
+                        0,
+                        false,
+                        t,
+                        D576,
+                        HID,
+                        1,
+                        wso,
+                    )?;
+                    ops::rmsnorm(
+                        dev,
+                        kv.ptr(),
+                        D576,
+                        0,
+                        0,
+                        0,
+                        l.kv_norm.ptr(),
+                        kv.ptr(),
+                        D576,
+                        t,
+                        KVL,
+                        1e-6,
+                    )?;
+                    ops::rope(
+                        dev,
+                        kv.ptr(),
+                        t,
+                        1,
+                        D576,
+                        D576,
+                        KVL,
+                        64,
+                        dpos.ptr(),
+                        dinv.ptr(),
+                        msc,
+                        true,
+                    )?;
+                    ops::rope(
+                        dev,
+                        q.ptr(),
+                        t,
+                        NH,
+                        NH * QK,
+                        QK,
+                        NOPE,
+                        64,
+                        dpos.ptr(),
+                        dinv.ptr(),
+                        msc,
+                        true,
+                    )?;
                     ops::mla_kv_store(dev, kv.ptr(), D576, dslots.ptr(), l.cache.ptr(), t)?;
-                    ops::bf16_matmul(dev, q.ptr(), NH * QK, QK, l.w_uk_t.ptr(), NOPE, KVL * NOPE, qf.ptr(), NH * D576, D576, false, t, KVL, NOPE, NH, wso)?;
-                    dev.copy2d(q.ptr() + (NOPE * 2) as u64, QK * 2, qf.ptr() + (KVL * 2) as u64, D576 * 2, 64 * 2, t * NH)?;
-                    ops::mla_attention(dev, &shape, qf.ptr(), l.cache.ptr(), dtable.ptr(), prefix.ptr(), if q_len > 1 { dmask.ptr() } else { 0 }, scale, splits, mla_ws.ptr(), mla_ws.ptr_at(na), lat.ptr(), KVL)?;
-                    ops::bf16_matmul(dev, lat.ptr(), NH * KVL, KVL, l.w_uv.ptr(), KVL, VH * KVL, av.ptr(), NH * VH, VH, false, t, VH, KVL, NH, wso)?;
-                    ops::bf16_matmul(dev, av.ptr(), NH * VH, 0, l.o_proj.ptr(), NH * VH, 0, o.ptr(), HID, 0, false, t, HID, NH * VH, 1, wso)?;
-                    ops::rmsnorm(dev, o.ptr(), HID, res.ptr(), res.ptr(), HID, l.ffn_norm.ptr(), xn.ptr(), HID, t, HID, 1e-6)?;
-                    ops::bf16_matmul(dev, xn.ptr(), HID, 0, l.router.ptr(), HID, 0, logits.ptr(), c.n_experts, 0, true, t, c.n_experts, HID, 1, wso)?;
+                    ops::bf16_matmul(
+                        dev,
+                        q.ptr(),
+                        NH * QK,
+                        QK,
+                        l.w_uk_t.ptr(),
+                        NOPE,
+                        KVL * NOPE,
+                        qf.ptr(),
+                        NH * D576,
+                        D576,
+                        false,
+                        t,
+                        KVL,
+                        NOPE,
+                        NH,
+                        wso,
+                    )?;
+                    dev.copy2d(
+                        q.ptr() + (NOPE * 2) as u64,
+                        QK * 2,
+                        qf.ptr() + (KVL * 2) as u64,
+                        D576 * 2,
+                        64 * 2,
+                        t * NH,
+                    )?;
+                    ops::mla_attention(
+                        dev,
+                        &shape,
+                        qf.ptr(),
+                        l.cache.ptr(),
+                        dtable.ptr(),
+                        prefix.ptr(),
+                        if q_len > 1 { dmask.ptr() } else { 0 },
+                        scale,
+                        splits,
+                        mla_ws.ptr(),
+                        mla_ws.ptr_at(na),
+                        lat.ptr(),
+                        KVL,
+                    )?;
+                    ops::bf16_matmul(
+                        dev,
+                        lat.ptr(),
+                        NH * KVL,
+                        KVL,
+                        l.w_uv.ptr(),
+                        KVL,
+                        VH * KVL,
+                        av.ptr(),
+                        NH * VH,
+                        VH,
+                        false,
+                        t,
+                        VH,
+                        KVL,
+                        NH,
+                        wso,
+                    )?;
+                    ops::bf16_matmul(
+                        dev,
+                        av.ptr(),
+                        NH * VH,
+                        0,
+                        l.o_proj.ptr(),
+                        NH * VH,
+                        0,
+                        o.ptr(),
+                        HID,
+                        0,
+                        false,
+                        t,
+                        HID,
+                        NH * VH,
+                        1,
+                        wso,
+                    )?;
+                    ops::rmsnorm(
+                        dev,
+                        o.ptr(),
+                        HID,
+                        res.ptr(),
+                        res.ptr(),
+                        HID,
+                        l.ffn_norm.ptr(),
+                        xn.ptr(),
+                        HID,
+                        t,
+                        HID,
+                        1e-6,
+                    )?;
+                    ops::bf16_matmul(
+                        dev,
+                        xn.ptr(),
+                        HID,
+                        0,
+                        l.router.ptr(),
+                        HID,
+                        0,
+                        logits.ptr(),
+                        c.n_experts,
+                        0,
+                        true,
+                        t,
+                        c.n_experts,
+                        HID,
+                        1,
+                        wso,
+                    )?;
                     ops::moe_route(dev, &c, logits.ptr(), l.moe.bias.ptr(), t, &sc)?;
-                    ops::bf16_matmul(dev, xn.ptr(), HID, 0, l.sh_gu.ptr(), HID, 0, shgu.ptr(), 2 * SHI, 0, false, t, 2 * SHI, HID, 1, wso)?;
+                    ops::bf16_matmul(
+                        dev,
+                        xn.ptr(),
+                        HID,
+                        0,
+                        l.sh_gu.ptr(),
+                        HID,
+                        0,
+                        shgu.ptr(),
+                        2 * SHI,
+                        0,
+                        false,
+                        t,
+                        2 * SHI,
+                        HID,
+                        1,
+                        wso,
+                    )?;
                     ops::swiglu(dev, shgu.ptr(), 2 * SHI, shact.ptr(), SHI, t, SHI)?;
-                    ops::bf16_matmul(dev, shact.ptr(), SHI, 0, l.sh_down.ptr(), SHI, 0, shout.ptr(), HID, 0, false, t, HID, SHI, 1, wso)?;
-                    ops::moe_experts(dev, &c, xn.ptr(), HID, t, &l.moe.weights(), &sc, shout.ptr(), HID, next, HID)?;
+                    ops::bf16_matmul(
+                        dev,
+                        shact.ptr(),
+                        SHI,
+                        0,
+                        l.sh_down.ptr(),
+                        SHI,
+                        0,
+                        shout.ptr(),
+                        HID,
+                        0,
+                        false,
+                        t,
+                        HID,
+                        SHI,
+                        1,
+                        wso,
+                    )?;
+                    ops::moe_experts(
+                        dev,
+                        &c,
+                        xn.ptr(),
+                        HID,
+                        t,
+                        &l.moe.weights(),
+                        &sc,
+                        shout.ptr(),
+                        HID,
+                        next,
+                        HID,
+                    )?;
                     cur = next;
                 }
                 Ok(())
@@ -518,16 +973,40 @@ pub fn layer_stack(dev: &CudaDevice, layers: usize, context: usize, batches: &[u
                 }
             };
             let active = dev.download(&sc.num_active)?[0];
-            out_rows.push(StackRow { kind, batch: b, tokens: t, ms, graph: graph.is_some(), active_experts: active });
+            out_rows.push(StackRow {
+                kind,
+                batch: b,
+                tokens: t,
+                ms,
+                graph: graph.is_some(),
+                active_experts: active,
+            });
         }
     }
     let _ = writeln!(table_s, "layer stack: {layers} full-width Kimi-K2.5 layers (MLA + INT4 MoE 384/top-8 + shared expert), context {context}, page {ps}");
-    let _ = writeln!(table_s, "{:<7} {:>5} {:>6} {:>10} {:>12} {:>6} {:>8}", "kind", "batch", "tokens", "ms/pass", "ms/layer", "graph", "experts");
+    let _ = writeln!(
+        table_s,
+        "{:<7} {:>5} {:>6} {:>10} {:>12} {:>6} {:>8}",
+        "kind", "batch", "tokens", "ms/pass", "ms/layer", "graph", "experts"
+    );
     for r in &out_rows {
-        let _ = writeln!(table_s, "{:<7} {:>5} {:>6} {:>10.3} {:>12.4} {:>6} {:>8}", r.kind, r.batch, r.tokens, r.ms, r.ms / layers as f64, r.graph, r.active_experts);
+        let _ = writeln!(
+            table_s,
+            "{:<7} {:>5} {:>6} {:>10.3} {:>12.4} {:>6} {:>8}",
+            r.kind,
+            r.batch,
+            r.tokens,
+            r.ms,
+            r.ms / layers as f64,
+            r.graph,
+            r.active_experts
+        );
     }
     let mut toml = String::new();
-    let _ = writeln!(toml, "# kbench GPU layer-stack profile, written by kbench-gpu stack (scripts/gpu-check.sh).");
+    let _ = writeln!(
+        toml,
+        "# kbench GPU layer-stack profile, written by kbench-gpu stack (scripts/gpu-check.sh)."
+    );
     let _ = writeln!(toml, "# Per-pass times of `layers` full-width Kimi-K2.5 decoder layers with random weights, CUDA events, median of {reps}.");
     let _ = writeln!(toml, "[device]\nname = {:?}\ncompute_capability = \"{}.{}\"\nsm_count = {}\nl2_bytes = {}\ntotal_mem_bytes = {}\ndriver_cuda_version = {}\ndriver = {:?}",
         dev.name, dev.cc.0, dev.cc.1, dev.sm_count, dev.l2_bytes, dev.total_mem, dev.driver_version, std::env::var("KBENCH_DRIVER_VERSION").unwrap_or_default());

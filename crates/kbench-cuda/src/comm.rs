@@ -35,7 +35,11 @@ fn check(r: nc::ncclResult_t, what: &str) -> Result<()> {
 impl TpComm {
     /// World size 1: all-reduce is the identity; no NCCL needed.
     pub fn single() -> Self {
-        TpComm { comm: None, rank: 0, world: 1 }
+        TpComm {
+            comm: None,
+            rank: 0,
+            world: 1,
+        }
     }
 
     /// A real one-rank NCCL communicator (exercises the NCCL path on one GPU).
@@ -47,7 +51,9 @@ impl TpComm {
     /// One communicator per device (single process, ncclCommInitAll).
     pub fn group(devs: &[&CudaDevice]) -> Result<Vec<Self>> {
         if !nccl_present() {
-            return Err(CudaError::Nccl("libnccl not loadable (need libnccl.so on the library path)".into()));
+            return Err(CudaError::Nccl(
+                "libnccl not loadable (need libnccl.so on the library path)".into(),
+            ));
         }
         let n = devs.len();
         let mut comms: Vec<nc::ncclComm_t> = vec![std::ptr::null_mut(); n];
@@ -55,8 +61,19 @@ impl TpComm {
         for d in devs {
             d.ctx.bind_to_thread()?;
         }
-        check(unsafe { nc::ncclCommInitAll(comms.as_mut_ptr(), n as i32, list.as_ptr()) }, "ncclCommInitAll")?;
-        Ok(comms.into_iter().enumerate().map(|(i, c)| TpComm { comm: Some(c), rank: i, world: n }).collect())
+        check(
+            unsafe { nc::ncclCommInitAll(comms.as_mut_ptr(), n as i32, list.as_ptr()) },
+            "ncclCommInitAll",
+        )?;
+        Ok(comms
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| TpComm {
+                comm: Some(c),
+                rank: i,
+                world: n,
+            })
+            .collect())
     }
 
     /// In-place sum over ranks of `n` bf16 values at `buf` (enqueued on `dev`'s stream).

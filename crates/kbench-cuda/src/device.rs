@@ -3,7 +3,9 @@
 
 use crate::error::{CudaError, Result};
 use crate::kernels::KernelFile;
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
@@ -18,7 +20,9 @@ pub fn device_count() -> usize {
     if !driver_present() {
         return 0;
     }
-    CudaContext::device_count().map(|n| n.max(0) as usize).unwrap_or(0)
+    CudaContext::device_count()
+        .map(|n| n.max(0) as usize)
+        .unwrap_or(0)
 }
 
 /// A device buffer of `len` elements of `T`.
@@ -103,7 +107,8 @@ impl CudaDevice {
         if !driver_present() {
             return Err(CudaError::NoDriver);
         }
-        let n = CudaContext::device_count().map_err(|e| CudaError::Driver(format!("cuInit/cuDeviceGetCount: {e:?}")))?;
+        let n = CudaContext::device_count()
+            .map_err(|e| CudaError::Driver(format!("cuInit/cuDeviceGetCount: {e:?}")))?;
         if ordinal >= n.max(0) as usize {
             return Err(CudaError::NoDevice(ordinal, n.max(0) as usize));
         }
@@ -114,7 +119,8 @@ impl CudaDevice {
         let cc = ctx.compute_capability()?;
         use sys::CUdevice_attribute as A;
         let sm_count = ctx.attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
-        let max_smem_optin = ctx.attribute(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize;
+        let max_smem_optin =
+            ctx.attribute(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize;
         let l2_bytes = ctx.attribute(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize;
         let total_mem = ctx.total_mem()?;
         let mut driver_version = 0;
@@ -145,7 +151,9 @@ impl CudaDevice {
             return Ok(m.clone());
         }
         let cubin = crate::nvrtc::compile_cached(f, &self.arch())?;
-        let m = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin.as_ref().clone()))?;
+        let m = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.as_ref().clone()))?;
         self.modules.lock().unwrap().insert(f.name, m.clone());
         Ok(m)
     }
@@ -161,7 +169,13 @@ impl CudaDevice {
                     s.spawn(move || crate::nvrtc::compile_cached(f, &arch).map(|_| ()))
                 })
                 .collect();
-            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(CudaError::Driver("compile thread panicked".into())))).collect()
+            hs.into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(CudaError::Driver("compile thread panicked".into()))
+                    })
+                })
+                .collect()
         });
         for r in res {
             r?;
@@ -195,7 +209,9 @@ impl CudaDevice {
                 )
             };
             if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(CudaError::Driver(format!("cuFuncSetAttribute({name}, {dyn_smem}): {r:?}")));
+                return Err(CudaError::Driver(format!(
+                    "cuFuncSetAttribute({name}, {dyn_smem}): {r:?}"
+                )));
             }
         }
         self.funcs.lock().unwrap().insert(key, func.clone());
@@ -216,7 +232,9 @@ impl CudaDevice {
             return Ok(()); // nothing to do
         }
         if grid.1 > 65535 || grid.2 > 65535 || block.0 * block.1 * block.2 > 1024 {
-            return Err(CudaError::Invalid(format!("{name}: bad launch config grid {grid:?} block {block:?}")));
+            return Err(CudaError::Invalid(format!(
+                "{name}: bad launch config grid {grid:?} block {block:?}"
+            )));
         }
         self.ctx.bind_to_thread()?;
         let func = self.func(f, name, smem)?;
@@ -233,7 +251,10 @@ impl CudaDevice {
                 b
             })
             .collect();
-        let mut ptrs: Vec<*mut c_void> = store.iter_mut().map(|b| b.as_mut_ptr() as *mut c_void).collect();
+        let mut ptrs: Vec<*mut c_void> = store
+            .iter_mut()
+            .map(|b| b.as_mut_ptr() as *mut c_void)
+            .collect();
         unsafe {
             cudarc::driver::result::launch_kernel(
                 func.cu_function(),
@@ -244,13 +265,20 @@ impl CudaDevice {
                 &mut ptrs,
             )
         }
-        .map_err(|e| CudaError::Driver(format!("launch {name} grid {grid:?} block {block:?} smem {smem}: {e:?}")))?;
+        .map_err(|e| {
+            CudaError::Driver(format!(
+                "launch {name} grid {grid:?} block {block:?} smem {smem}: {e:?}"
+            ))
+        })?;
         Ok(())
     }
 
     pub fn alloc<T: DeviceRepr>(&self, n: usize) -> Result<DBuf<T>> {
         let s = unsafe { self.stream.alloc::<T>(n.max(1)) }?;
-        Ok(DBuf { s, stream: self.stream.clone() })
+        Ok(DBuf {
+            s,
+            stream: self.stream.clone(),
+        })
     }
     /// Allocate and fill every byte with 0xFF (NaN for f32/bf16, -1 for ints): poisoned output.
     pub fn alloc_poison<T: DeviceRepr>(&self, n: usize) -> Result<DBuf<T>> {
@@ -260,7 +288,14 @@ impl CudaDevice {
     }
     pub fn fill_bytes<T>(&self, b: &DBuf<T>, v: u8) -> Result<()> {
         self.ctx.bind_to_thread()?;
-        let r = unsafe { sys::cuMemsetD8Async(b.ptr(), v, b.s.len() * std::mem::size_of::<T>(), self.stream.cu_stream()) };
+        let r = unsafe {
+            sys::cuMemsetD8Async(
+                b.ptr(),
+                v,
+                b.s.len() * std::mem::size_of::<T>(),
+                self.stream.cu_stream(),
+            )
+        };
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(CudaError::Driver(format!("cuMemsetD8Async: {r:?}")));
         }
@@ -271,7 +306,10 @@ impl CudaDevice {
             return self.alloc(1);
         }
         let s = self.stream.clone_htod(h)?;
-        Ok(DBuf { s, stream: self.stream.clone() })
+        Ok(DBuf {
+            s,
+            stream: self.stream.clone(),
+        })
     }
     pub fn download<T: DeviceRepr + Default + Clone>(&self, b: &DBuf<T>) -> Result<Vec<T>> {
         Ok(self.stream.clone_dtoh(&b.s)?)
@@ -295,7 +333,15 @@ impl CudaDevice {
         Ok(())
     }
     /// Strided 2-D device copy: `height` rows of `width_bytes`.
-    pub fn copy2d(&self, src: u64, src_pitch: usize, dst: u64, dst_pitch: usize, width_bytes: usize, height: usize) -> Result<()> {
+    pub fn copy2d(
+        &self,
+        src: u64,
+        src_pitch: usize,
+        dst: u64,
+        dst_pitch: usize,
+        width_bytes: usize,
+        height: usize,
+    ) -> Result<()> {
         self.ctx.bind_to_thread()?;
         let mut c: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
         c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
@@ -340,7 +386,8 @@ impl CudaDevice {
 
     /// Capture everything `f` enqueues on the stream into a CUDA graph.
     pub fn capture(&self, f: impl FnOnce() -> Result<()>) -> Result<Graph> {
-        self.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
         let r = f();
         let g = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
         r?;

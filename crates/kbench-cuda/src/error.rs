@@ -12,7 +12,11 @@ pub enum CudaError {
     #[error("CUDA driver error: {0}")]
     Driver(String),
     #[error("NVRTC compile of {file} for {arch} failed:\n{log}")]
-    Compile { file: String, arch: String, log: String },
+    Compile {
+        file: String,
+        arch: String,
+        log: String,
+    },
     #[error("invalid kernel arguments: {0}")]
     Invalid(String),
     #[error("cuBLAS: {0}")]

@@ -9,15 +9,27 @@ pub struct KernelFile {
 
 macro_rules! kfile {
     ($name:literal) => {
-        KernelFile { name: $name, source: include_str!(concat!("../../../kernels/", $name)) }
+        KernelFile {
+            name: $name,
+            source: include_str!(concat!("../../../kernels/", $name)),
+        }
     };
 }
 
 /// In-memory headers handed to NVRTC (the `.cu` files `#include "..."` them).
 pub const HEADERS: &[(&str, &str)] = &[
-    ("kbench_common.cuh", include_str!("../../../kernels/kbench_common.cuh")),
-    ("kbench_wmat.cuh", include_str!("../../../kernels/kbench_wmat.cuh")),
-    ("kbench_mla.cuh", include_str!("../../../kernels/kbench_mla.cuh")),
+    (
+        "kbench_common.cuh",
+        include_str!("../../../kernels/kbench_common.cuh"),
+    ),
+    (
+        "kbench_wmat.cuh",
+        include_str!("../../../kernels/kbench_wmat.cuh"),
+    ),
+    (
+        "kbench_mla.cuh",
+        include_str!("../../../kernels/kbench_mla.cuh"),
+    ),
 ];
 
 pub const INT4_MATMUL: KernelFile = kfile!("int4_matmul.cu");
@@ -35,6 +47,16 @@ pub const SAMPLING: KernelFile = kfile!("sampling.cu");
 
 /// Every kernel file, in a stable order.
 pub const ALL: &[KernelFile] = &[
-    INT4_MATMUL, BF16_MATMUL, FUSED_MOE, MLA_DECODE, MLA_VERIFY, RMSNORM, ROPE, SWIGLU, EMBEDDING, TOPK,
-    TREE_VERIFY, SAMPLING,
+    INT4_MATMUL,
+    BF16_MATMUL,
+    FUSED_MOE,
+    MLA_DECODE,
+    MLA_VERIFY,
+    RMSNORM,
+    ROPE,
+    SWIGLU,
+    EMBEDDING,
+    TOPK,
+    TREE_VERIFY,
+    SAMPLING,
 ];

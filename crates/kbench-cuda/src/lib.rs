@@ -11,7 +11,12 @@
 //!   CUDA graph capture.
 
 // `x % n != 0` is kept: `is_multiple_of` needs Rust 1.87 (workspace MSRV is 1.85).
-#![allow(clippy::manual_is_multiple_of, clippy::too_many_arguments, clippy::needless_range_loop, clippy::type_complexity)]
+#![allow(
+    clippy::manual_is_multiple_of,
+    clippy::too_many_arguments,
+    clippy::needless_range_loop,
+    clippy::type_complexity
+)]
 
 pub mod bench;
 pub mod comm;
@@ -41,9 +46,15 @@ pub struct KernelCheck {
 /// Needs no GPU. If NVRTC cannot be found, every entry is `ok: false` with the reason.
 pub fn check_kernels(archs: &[&str]) -> Vec<KernelCheck> {
     let n = nvrtc::Nvrtc::get();
-    let jobs: Vec<(&str, &kernels::KernelFile)> = archs.iter().flat_map(|a| kernels::ALL.iter().map(move |f| (*a, f))).collect();
+    let jobs: Vec<(&str, &kernels::KernelFile)> = archs
+        .iter()
+        .flat_map(|a| kernels::ALL.iter().map(move |f| (*a, f)))
+        .collect();
     // NVRTC compiles independent programs concurrently; a few threads at a time
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8);
     let mut out: Vec<Option<KernelCheck>> = vec![None; jobs.len()];
     for (ci, chunk) in jobs.chunks(threads).enumerate() {
         let res: Vec<KernelCheck> = std::thread::scope(|s| {
@@ -60,11 +71,19 @@ pub fn check_kernels(archs: &[&str]) -> Vec<KernelCheck> {
                                 Err(log) => (false, log),
                             },
                         };
-                        KernelCheck { file: f.name.to_string(), arch: arch.to_string(), ok, log, millis: t0.elapsed().as_secs_f64() * 1e3 }
+                        KernelCheck {
+                            file: f.name.to_string(),
+                            arch: arch.to_string(),
+                            ok,
+                            log,
+                            millis: t0.elapsed().as_secs_f64() * 1e3,
+                        }
                     })
                 })
                 .collect();
-            hs.into_iter().map(|h| h.join().expect("nvrtc thread")).collect()
+            hs.into_iter()
+                .map(|h| h.join().expect("nvrtc thread"))
+                .collect()
         });
         for (j, r) in res.into_iter().enumerate() {
             out[ci * threads + j] = Some(r);
@@ -81,7 +100,10 @@ pub fn nvrtc_info() -> std::result::Result<String, String> {
             n.version.0,
             n.version.1,
             n.lib_path.display(),
-            n.include_dir.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(none found)".into())
+            n.include_dir
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "(none found)".into())
         )),
         Err(e) => Err(e.to_string()),
     }

@@ -16,7 +16,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 type NvrtcProgram = *mut std::ffi::c_void;
-type FCreate = unsafe extern "C" fn(*mut NvrtcProgram, *const c_char, *const c_char, c_int, *const *const c_char, *const *const c_char) -> c_int;
+type FCreate = unsafe extern "C" fn(
+    *mut NvrtcProgram,
+    *const c_char,
+    *const c_char,
+    c_int,
+    *const *const c_char,
+    *const *const c_char,
+) -> c_int;
 type FCompile = unsafe extern "C" fn(NvrtcProgram, c_int, *const *const c_char) -> c_int;
 type FSize = unsafe extern "C" fn(NvrtcProgram, *mut usize) -> c_int;
 type FGet = unsafe extern "C" fn(NvrtcProgram, *mut c_char) -> c_int;
@@ -76,7 +83,11 @@ fn python_site_dirs() -> Vec<PathBuf> {
             let mut py: Vec<PathBuf> = rd
                 .flatten()
                 .map(|e| e.path())
-                .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("python3")))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("python3"))
+                })
                 .collect();
             py.sort();
             py.reverse();
@@ -100,7 +111,11 @@ fn cuda_toolkit_dirs() -> Vec<PathBuf> {
         let mut c: Vec<PathBuf> = rd
             .flatten()
             .map(|e| e.path())
-            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("cuda-")))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("cuda-"))
+            })
             .collect();
         c.sort();
         c.reverse();
@@ -127,7 +142,12 @@ pub fn library_dirs(sub: &[&str]) -> Vec<PathBuf> {
     if let Ok(lp) = std::env::var("LD_LIBRARY_PATH") {
         dirs.extend(lp.split(':').filter(|s| !s.is_empty()).map(PathBuf::from));
     }
-    for d in ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"] {
+    for d in [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+        "/usr/local/lib",
+    ] {
         dirs.push(PathBuf::from(d));
     }
     dirs.retain(|d| d.is_dir());
@@ -180,7 +200,9 @@ pub fn find_cuda_include(nvrtc_lib: Option<&Path>) -> Option<PathBuf> {
         c.push(tk.join("include"));
         c.push(tk.join("targets/x86_64-linux/include"));
     }
-    c.into_iter().find(|d| has_bf16(d)).map(|d| d.canonicalize().unwrap_or(d))
+    c.into_iter()
+        .find(|d| has_bf16(d))
+        .map(|d| d.canonicalize().unwrap_or(d))
 }
 
 unsafe fn sym<T: Copy>(lib: &libloading::Library, name: &[u8]) -> std::result::Result<T, String> {
@@ -190,7 +212,8 @@ unsafe fn sym<T: Copy>(lib: &libloading::Library, name: &[u8]) -> std::result::R
 impl Nvrtc {
     fn open(path: &Path) -> std::result::Result<Nvrtc, String> {
         unsafe {
-            let lib = libloading::Library::new(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let lib =
+                libloading::Library::new(path).map_err(|e| format!("{}: {e}", path.display()))?;
             let version_fn: FVersion = sym(&lib, b"nvrtcVersion\0")?;
             let (mut ma, mut mi) = (0, 0);
             version_fn(&mut ma, &mut mi);
@@ -234,7 +257,11 @@ impl Nvrtc {
 
     /// Compile options used for every kernel.
     pub fn options(&self, arch: &str) -> Vec<String> {
-        let mut o = vec![format!("--gpu-architecture={arch}"), "--std=c++17".to_string(), "-lineinfo".to_string()];
+        let mut o = vec![
+            format!("--gpu-architecture={arch}"),
+            "--std=c++17".to_string(),
+            "-lineinfo".to_string(),
+        ];
         if let Some(i) = &self.include_dir {
             o.push(format!("-I{}", i.display()));
         }
@@ -242,18 +269,39 @@ impl Nvrtc {
     }
 
     /// Compile one kernel file to a CUBIN for `arch` (e.g. "sm_90"). Err carries the log.
-    pub fn compile(&self, file: &KernelFile, arch: &str) -> std::result::Result<(Vec<u8>, String), String> {
+    pub fn compile(
+        &self,
+        file: &KernelFile,
+        arch: &str,
+    ) -> std::result::Result<(Vec<u8>, String), String> {
         let src = CString::new(file.source).map_err(|e| e.to_string())?;
         let name = CString::new(file.name).unwrap();
-        let hsrc: Vec<CString> = HEADERS.iter().map(|(_, s)| CString::new(*s).unwrap()).collect();
-        let hname: Vec<CString> = HEADERS.iter().map(|(n, _)| CString::new(*n).unwrap()).collect();
+        let hsrc: Vec<CString> = HEADERS
+            .iter()
+            .map(|(_, s)| CString::new(*s).unwrap())
+            .collect();
+        let hname: Vec<CString> = HEADERS
+            .iter()
+            .map(|(n, _)| CString::new(*n).unwrap())
+            .collect();
         let hsp: Vec<*const c_char> = hsrc.iter().map(|s| s.as_ptr()).collect();
         let hnp: Vec<*const c_char> = hname.iter().map(|s| s.as_ptr()).collect();
-        let opts: Vec<CString> = self.options(arch).into_iter().map(|s| CString::new(s).unwrap()).collect();
+        let opts: Vec<CString> = self
+            .options(arch)
+            .into_iter()
+            .map(|s| CString::new(s).unwrap())
+            .collect();
         let op: Vec<*const c_char> = opts.iter().map(|s| s.as_ptr()).collect();
         unsafe {
             let mut prog: NvrtcProgram = std::ptr::null_mut();
-            let r = (self.create)(&mut prog, src.as_ptr(), name.as_ptr(), hsp.len() as c_int, hsp.as_ptr(), hnp.as_ptr());
+            let r = (self.create)(
+                &mut prog,
+                src.as_ptr(),
+                name.as_ptr(),
+                hsp.len() as c_int,
+                hsp.as_ptr(),
+                hnp.as_ptr(),
+            );
             if r != 0 {
                 return Err(format!("nvrtcCreateProgram failed ({r})"));
             }
@@ -262,10 +310,17 @@ impl Nvrtc {
             (self.log_size)(prog, &mut n);
             let mut buf = vec![0u8; n.max(1)];
             (self.log)(prog, buf.as_mut_ptr() as *mut c_char);
-            let log = String::from_utf8_lossy(&buf).trim_end_matches('\0').trim().to_string();
+            let log = String::from_utf8_lossy(&buf)
+                .trim_end_matches('\0')
+                .trim()
+                .to_string();
             if rc != 0 {
                 (self.destroy)(&mut prog);
-                return Err(if log.is_empty() { format!("nvrtcCompileProgram failed ({rc})") } else { log });
+                return Err(if log.is_empty() {
+                    format!("nvrtcCompileProgram failed ({rc})")
+                } else {
+                    log
+                });
             }
             let mut cn = 0usize;
             (self.cubin_size)(prog, &mut cn);
@@ -295,14 +350,24 @@ fn fnv64(seed: u64, parts: &[&[u8]]) -> u64 {
 pub fn cache_key(n: &Nvrtc, file: &KernelFile, arch: &str) -> String {
     let ver = format!("{}.{}", n.version.0, n.version.1);
     let opts = n.options(arch).join(" ");
-    let mut parts: Vec<&[u8]> = vec![file.name.as_bytes(), file.source.as_bytes(), arch.as_bytes(), opts.as_bytes(), ver.as_bytes()];
+    let mut parts: Vec<&[u8]> = vec![
+        file.name.as_bytes(),
+        file.source.as_bytes(),
+        arch.as_bytes(),
+        opts.as_bytes(),
+        ver.as_bytes(),
+    ];
     for (hn, hs) in HEADERS {
         parts.push(hn.as_bytes());
         parts.push(hs.as_bytes());
     }
     let a = fnv64(0xcbf29ce484222325, &parts);
     let b = fnv64(0x84222325cbf29ce4, &parts);
-    format!("{}-{}-{a:016x}{b:016x}", file.name.trim_end_matches(".cu"), arch)
+    format!(
+        "{}-{}-{a:016x}{b:016x}",
+        file.name.trim_end_matches(".cu"),
+        arch
+    )
 }
 
 /// On-disk cache directory: `KBENCH_KERNEL_CACHE`, else `$XDG_CACHE_HOME/kbench/kernels`,
@@ -314,7 +379,9 @@ pub fn cache_dir() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("XDG_CACHE_HOME") {
         return Some(PathBuf::from(p).join("kbench/kernels"));
     }
-    std::env::var("HOME").ok().map(|h| PathBuf::from(h).join(".cache/kbench/kernels"))
+    std::env::var("HOME")
+        .ok()
+        .map(|h| PathBuf::from(h).join(".cache/kbench/kernels"))
 }
 
 /// Compile with the in-memory and on-disk caches. Disk-cache failures are ignored.
@@ -336,9 +403,11 @@ pub fn compile_cached(file: &KernelFile, arch: &str) -> Result<Arc<Vec<u8>>> {
             }
         }
     }
-    let (cubin, _log) = n
-        .compile(file, arch)
-        .map_err(|log| CudaError::Compile { file: file.name.to_string(), arch: arch.to_string(), log })?;
+    let (cubin, _log) = n.compile(file, arch).map_err(|log| CudaError::Compile {
+        file: file.name.to_string(),
+        arch: arch.to_string(),
+        log,
+    })?;
     if let Some(p) = &path {
         if let Some(d) = p.parent() {
             let _ = std::fs::create_dir_all(d);

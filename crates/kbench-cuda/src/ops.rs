@@ -32,7 +32,13 @@ pub type Workspace = Option<(u64, usize)>;
 
 const KC: usize = 512; // WM_KC in kbench_wmat.cuh
 
-fn pick_splits(dev: &CudaDevice, blocks: usize, k: usize, need_per_split: usize, ws: Workspace) -> usize {
+fn pick_splits(
+    dev: &CudaDevice,
+    blocks: usize,
+    k: usize,
+    need_per_split: usize,
+    ws: Workspace,
+) -> usize {
     let chunks = cdiv(k, KC);
     let want = cdiv(4 * dev.sm_count, blocks.max(1)).min(chunks).max(1);
     match ws {
@@ -68,7 +74,9 @@ pub fn int4_matmul(
         return Ok(());
     }
     if kdim % 32 != 0 || kdim == 0 || ldx % 8 != 0 || ldx < kdim || ldy < n {
-        return Err(inv(format!("int4_matmul: K {kdim} (needs % 32), ldx {ldx} (% 8), ldy {ldy}")));
+        return Err(inv(format!(
+            "int4_matmul: K {kdim} (needs % 32), ldx {ldx} (% 8), ldy {ldy}"
+        )));
     }
     aligned(x, 16, "int4_matmul X")?;
     aligned(wq, 16, "int4_matmul Wq")?;
@@ -85,8 +93,20 @@ pub fn int4_matmul(
         (blocks as u32, splits as u32, 1),
         (128, 1, 1),
         0,
-        &[Arg::Ptr(x), (ldx as i32).into(), Arg::Ptr(wq), Arg::Ptr(s), Arg::Ptr(y), (ldy as i32).into(),
-          (y_f32 as i32).into(), Arg::Ptr(wsp), (m as i32).into(), (n as i32).into(), (kdim as i32).into(), (cps as i32).into()],
+        &[
+            Arg::Ptr(x),
+            (ldx as i32).into(),
+            Arg::Ptr(wq),
+            Arg::Ptr(s),
+            Arg::Ptr(y),
+            (ldy as i32).into(),
+            (y_f32 as i32).into(),
+            Arg::Ptr(wsp),
+            (m as i32).into(),
+            (n as i32).into(),
+            (kdim as i32).into(),
+            (cps as i32).into(),
+        ],
     )?;
     if splits > 1 {
         let total = m * n;
@@ -96,7 +116,15 @@ pub fn int4_matmul(
             (cdiv(total, 256) as u32, 1, 1),
             (256, 1, 1),
             0,
-            &[Arg::Ptr(wsp), (splits as i32).into(), (m as i32).into(), (n as i32).into(), Arg::Ptr(y), (ldy as i32).into(), (y_f32 as i32).into()],
+            &[
+                Arg::Ptr(wsp),
+                (splits as i32).into(),
+                (m as i32).into(),
+                (n as i32).into(),
+                Arg::Ptr(y),
+                (ldy as i32).into(),
+                (y_f32 as i32).into(),
+            ],
         )?;
     }
     Ok(())
@@ -125,7 +153,15 @@ pub fn bf16_matmul(
     if m == 0 || n == 0 || batch == 0 {
         return Ok(());
     }
-    if kdim % 32 != 0 || ldx % 8 != 0 || ldw % 8 != 0 || sxz % 8 != 0 || swz % 8 != 0 || ldx < kdim || ldw < kdim || ldy < n {
+    if kdim % 32 != 0
+        || ldx % 8 != 0
+        || ldw % 8 != 0
+        || sxz % 8 != 0
+        || swz % 8 != 0
+        || ldx < kdim
+        || ldw < kdim
+        || ldy < n
+    {
         return Err(inv(format!("bf16_matmul: K {kdim} (% 32), ldx {ldx}, ldw {ldw}, strides {sxz} {swz} (% 8), ldy {ldy}")));
     }
     if batch > 65535 {
@@ -144,9 +180,23 @@ pub fn bf16_matmul(
         (cdiv(n, 128) as u32, splits as u32, batch as u32),
         (128, 1, 1),
         0,
-        &[Arg::Ptr(x), (ldx as i32).into(), (sxz as i64).into(), Arg::Ptr(w), (ldw as i32).into(), (swz as i64).into(),
-          Arg::Ptr(y), (ldy as i32).into(), (syz as i64).into(), (y_f32 as i32).into(), Arg::Ptr(wsp),
-          (m as i32).into(), (n as i32).into(), (kdim as i32).into(), (cps as i32).into()],
+        &[
+            Arg::Ptr(x),
+            (ldx as i32).into(),
+            (sxz as i64).into(),
+            Arg::Ptr(w),
+            (ldw as i32).into(),
+            (swz as i64).into(),
+            Arg::Ptr(y),
+            (ldy as i32).into(),
+            (syz as i64).into(),
+            (y_f32 as i32).into(),
+            Arg::Ptr(wsp),
+            (m as i32).into(),
+            (n as i32).into(),
+            (kdim as i32).into(),
+            (cps as i32).into(),
+        ],
     )?;
     if splits > 1 {
         let total = batch * m * n;
@@ -156,8 +206,17 @@ pub fn bf16_matmul(
             (cdiv(total, 256).min(65535 * 4) as u32, 1, 1),
             (256, 1, 1),
             0,
-            &[Arg::Ptr(wsp), (splits as i32).into(), (batch as i32).into(), (m as i32).into(), (n as i32).into(),
-              Arg::Ptr(y), (ldy as i32).into(), (syz as i64).into(), (y_f32 as i32).into()],
+            &[
+                Arg::Ptr(wsp),
+                (splits as i32).into(),
+                (batch as i32).into(),
+                (m as i32).into(),
+                (n as i32).into(),
+                Arg::Ptr(y),
+                (ldy as i32).into(),
+                (syz as i64).into(),
+                (y_f32 as i32).into(),
+            ],
         )?;
     }
     Ok(())
@@ -179,7 +238,16 @@ pub struct MoeConfig {
 impl MoeConfig {
     /// Kimi-K2.5: 384 experts, top-8, one group, renormalised, scaling 2.827, 7168 / 2048.
     pub fn kimi_k25() -> Self {
-        MoeConfig { n_experts: 384, top_k: 8, n_group: 1, topk_group: 1, renormalize: true, routed_scaling: 2.827, hidden: 7168, inter: 2048 }
+        MoeConfig {
+            n_experts: 384,
+            top_k: 8,
+            n_group: 1,
+            topk_group: 1,
+            renormalize: true,
+            routed_scaling: 2.827,
+            hidden: 7168,
+            inter: 2048,
+        }
     }
 }
 
@@ -224,8 +292,20 @@ pub struct MoeWeights {
 }
 
 /// Routing only: logits f32 [T, E] -> ids, wts in `sc`.
-pub fn moe_route(dev: &CudaDevice, c: &MoeConfig, logits: u64, bias: u64, t: usize, sc: &MoeScratch) -> Result<()> {
-    if c.n_group > 64 || c.n_group == 0 || c.n_experts % c.n_group != 0 || c.topk_group > c.n_group || c.top_k > c.n_experts {
+pub fn moe_route(
+    dev: &CudaDevice,
+    c: &MoeConfig,
+    logits: u64,
+    bias: u64,
+    t: usize,
+    sc: &MoeScratch,
+) -> Result<()> {
+    if c.n_group > 64
+        || c.n_group == 0
+        || c.n_experts % c.n_group != 0
+        || c.topk_group > c.n_group
+        || c.top_k > c.n_experts
+    {
         return Err(inv(format!("moe_route: bad config {c:?}")));
     }
     if t > sc.max_tokens {
@@ -239,9 +319,19 @@ pub fn moe_route(dev: &CudaDevice, c: &MoeConfig, logits: u64, bias: u64, t: usi
         (cdiv(t, warps) as u32, 1, 1),
         (32 * warps as u32, 1, 1),
         smem,
-        &[Arg::Ptr(logits), Arg::Ptr(bias), (t as i32).into(), (c.n_experts as i32).into(), (c.top_k as i32).into(),
-          (c.n_group as i32).into(), (c.topk_group as i32).into(), (c.renormalize as i32).into(), c.routed_scaling.into(),
-          Arg::from(&sc.ids), Arg::from(&sc.wts)],
+        &[
+            Arg::Ptr(logits),
+            Arg::Ptr(bias),
+            (t as i32).into(),
+            (c.n_experts as i32).into(),
+            (c.top_k as i32).into(),
+            (c.n_group as i32).into(),
+            (c.topk_group as i32).into(),
+            (c.renormalize as i32).into(),
+            c.routed_scaling.into(),
+            Arg::from(&sc.ids),
+            Arg::from(&sc.wts),
+        ],
     )
 }
 
@@ -263,7 +353,9 @@ pub fn moe_experts(
 ) -> Result<()> {
     let (e, h, i) = (c.n_experts, c.hidden, c.inter);
     if h % 64 != 0 || i % 64 != 0 || ldx % 8 != 0 || e > 4096 {
-        return Err(inv(format!("moe: hidden {h} / inter {i} must be multiples of 64, ldx {ldx} of 8")));
+        return Err(inv(format!(
+            "moe: hidden {h} / inter {i} must be multiples of 64, ldx {ldx} of 8"
+        )));
     }
     aligned(x, 16, "moe X")?;
     let p = t * c.top_k;
@@ -273,8 +365,15 @@ pub fn moe_experts(
         (1, 1, 1),
         (1024, 1, 1),
         2 * e * 4,
-        &[Arg::from(&sc.ids), (p as i32).into(), (e as i32).into(), Arg::from(&sc.offsets), Arg::from(&sc.sorted),
-          Arg::from(&sc.active), Arg::from(&sc.num_active)],
+        &[
+            Arg::from(&sc.ids),
+            (p as i32).into(),
+            (e as i32).into(),
+            Arg::from(&sc.offsets),
+            Arg::from(&sc.sorted),
+            Arg::from(&sc.active),
+            Arg::from(&sc.num_active),
+        ],
     )?;
     let slots = e.min(p) as u32;
     let (_, suffix) = nt_for(cdiv(p, e.min(p)));
@@ -284,8 +383,20 @@ pub fn moe_experts(
         (cdiv(i, 64) as u32, slots, 1),
         (128, 1, 1),
         0,
-        &[Arg::Ptr(x), (ldx as i32).into(), Arg::Ptr(w.w13), Arg::Ptr(w.s13), Arg::from(&sc.offsets), Arg::from(&sc.sorted),
-          Arg::from(&sc.active), Arg::from(&sc.num_active), Arg::from(&sc.act), (i as i32).into(), (h as i32).into(), (c.top_k as i32).into()],
+        &[
+            Arg::Ptr(x),
+            (ldx as i32).into(),
+            Arg::Ptr(w.w13),
+            Arg::Ptr(w.s13),
+            Arg::from(&sc.offsets),
+            Arg::from(&sc.sorted),
+            Arg::from(&sc.active),
+            Arg::from(&sc.num_active),
+            Arg::from(&sc.act),
+            (i as i32).into(),
+            (h as i32).into(),
+            (c.top_k as i32).into(),
+        ],
     )?;
     dev.launch(
         &k::FUSED_MOE,
@@ -293,8 +404,18 @@ pub fn moe_experts(
         (cdiv(h, 128) as u32, slots, 1),
         (128, 1, 1),
         0,
-        &[Arg::from(&sc.act), Arg::Ptr(w.w2), Arg::Ptr(w.s2), Arg::from(&sc.offsets), Arg::from(&sc.sorted),
-          Arg::from(&sc.active), Arg::from(&sc.num_active), Arg::from(&sc.down), (i as i32).into(), (h as i32).into()],
+        &[
+            Arg::from(&sc.act),
+            Arg::Ptr(w.w2),
+            Arg::Ptr(w.s2),
+            Arg::from(&sc.offsets),
+            Arg::from(&sc.sorted),
+            Arg::from(&sc.active),
+            Arg::from(&sc.num_active),
+            Arg::from(&sc.down),
+            (i as i32).into(),
+            (h as i32).into(),
+        ],
     )?;
     dev.launch(
         &k::FUSED_MOE,
@@ -302,8 +423,16 @@ pub fn moe_experts(
         (t as u32, 1, 1),
         (256, 1, 1),
         0,
-        &[Arg::from(&sc.down), Arg::from(&sc.wts), Arg::Ptr(shared), (ld_shared as i32).into(), (c.top_k as i32).into(),
-          (h as i32).into(), Arg::Ptr(out), (ld_out as i32).into()],
+        &[
+            Arg::from(&sc.down),
+            Arg::from(&sc.wts),
+            Arg::Ptr(shared),
+            (ld_shared as i32).into(),
+            (c.top_k as i32).into(),
+            (h as i32).into(),
+            Arg::Ptr(out),
+            (ld_out as i32).into(),
+        ],
     )
 }
 
@@ -361,8 +490,17 @@ pub fn mla_attention(
     ld_out: usize,
 ) -> Result<()> {
     let r = s.q_len * s.heads;
-    if s.q_len == 0 || s.q_len > 64 || s.heads == 0 || s.page_size == 0 || splits == 0 || splits > 65535 || ld_out < 512 {
-        return Err(inv(format!("mla_attention: bad shape {s:?} splits {splits} ld_out {ld_out}")));
+    if s.q_len == 0
+        || s.q_len > 64
+        || s.heads == 0
+        || s.page_size == 0
+        || splits == 0
+        || splits > 65535
+        || ld_out < 512
+    {
+        return Err(inv(format!(
+            "mla_attention: bad shape {s:?} splits {splits} ld_out {ld_out}"
+        )));
     }
     aligned(q, 16, "mla q")?;
     aligned(cache, 16, "mla cache")?;
@@ -370,17 +508,36 @@ pub fn mla_attention(
     let verify = mask != 0; // causal (mask == 0) runs in the decode kernel for any q_len
     let big = (64 + 2 * 32) * 584 * 2;
     let small = (64 + 16) * 584 * 2;
-    let (bt, smem) = if dev.max_smem_optin >= big { ("bt32", big) } else { ("bt16", small) };
-    let (file, name) = if verify { (&k::MLA_VERIFY, format!("mla_verify_{bt}")) } else { (&k::MLA_DECODE, format!("mla_decode_{bt}")) };
+    let (bt, smem) = if dev.max_smem_optin >= big {
+        ("bt32", big)
+    } else {
+        ("bt16", small)
+    };
+    let (file, name) = if verify {
+        (&k::MLA_VERIFY, format!("mla_verify_{bt}"))
+    } else {
+        (&k::MLA_DECODE, format!("mla_decode_{bt}"))
+    };
     dev.launch(
         file,
         &name,
         (s.batch as u32, chunks as u32, splits as u32),
         (256, 1, 1),
         smem,
-        &[Arg::Ptr(q), Arg::Ptr(cache), Arg::Ptr(block_table), (s.max_pages as i32).into(), Arg::Ptr(prefix_len), Arg::Ptr(mask),
-          (s.q_len as i32).into(), (s.heads as i32).into(), (s.page_size as i32).into(), (scale * std::f32::consts::LOG2_E).into(),
-          Arg::Ptr(o_part), Arg::Ptr(ml)],
+        &[
+            Arg::Ptr(q),
+            Arg::Ptr(cache),
+            Arg::Ptr(block_table),
+            (s.max_pages as i32).into(),
+            Arg::Ptr(prefix_len),
+            Arg::Ptr(mask),
+            (s.q_len as i32).into(),
+            (s.heads as i32).into(),
+            (s.page_size as i32).into(),
+            (scale * std::f32::consts::LOG2_E).into(),
+            Arg::Ptr(o_part),
+            Arg::Ptr(ml),
+        ],
     )?;
     dev.launch(
         &k::MLA_DECODE,
@@ -388,87 +545,296 @@ pub fn mla_attention(
         (s.batch as u32, r as u32, 1),
         (128, 1, 1),
         0,
-        &[Arg::Ptr(o_part), Arg::Ptr(ml), (splits as i32).into(), (r as i32).into(), Arg::Ptr(out), (ld_out as i32).into()],
+        &[
+            Arg::Ptr(o_part),
+            Arg::Ptr(ml),
+            (splits as i32).into(),
+            (r as i32).into(),
+            Arg::Ptr(out),
+            (ld_out as i32).into(),
+        ],
     )
 }
 
 /// cache[slots[i]] = kv[i] for i < n (rows of 576 bf16).
-pub fn mla_kv_store(dev: &CudaDevice, kv: u64, ld_kv: usize, slots: u64, cache: u64, n: usize) -> Result<()> {
+pub fn mla_kv_store(
+    dev: &CudaDevice,
+    kv: u64,
+    ld_kv: usize,
+    slots: u64,
+    cache: u64,
+    n: usize,
+) -> Result<()> {
     aligned(kv, 16, "kv")?;
     if ld_kv % 8 != 0 {
         return Err(inv("mla_kv_store: ld_kv % 8".into()));
     }
-    dev.launch(&k::MLA_DECODE, "mla_kv_store", (n as u32, 1, 1), (96, 1, 1), 0,
-        &[Arg::Ptr(kv), (ld_kv as i32).into(), Arg::Ptr(slots), Arg::Ptr(cache)])
+    dev.launch(
+        &k::MLA_DECODE,
+        "mla_kv_store",
+        (n as u32, 1, 1),
+        (96, 1, 1),
+        0,
+        &[
+            Arg::Ptr(kv),
+            (ld_kv as i32).into(),
+            Arg::Ptr(slots),
+            Arg::Ptr(cache),
+        ],
+    )
 }
 
 /// RMSNorm of `rows` rows of D; with `res_in` != 0, h = x + res_in is stored to `res_out` and normalised.
 #[allow(clippy::too_many_arguments)]
-pub fn rmsnorm(dev: &CudaDevice, x: u64, ldx: usize, res_in: u64, res_out: u64, ldr: usize, w: u64, y: u64, ldy: usize, rows: usize, d: usize, eps: f32) -> Result<()> {
+pub fn rmsnorm(
+    dev: &CudaDevice,
+    x: u64,
+    ldx: usize,
+    res_in: u64,
+    res_out: u64,
+    ldr: usize,
+    w: u64,
+    y: u64,
+    ldy: usize,
+    rows: usize,
+    d: usize,
+    eps: f32,
+) -> Result<()> {
     if d % 8 != 0 || ldx % 8 != 0 || ldy % 8 != 0 || (res_in != 0 && ldr % 8 != 0) {
-        return Err(inv(format!("rmsnorm: D {d}, ld {ldx} {ldy} {ldr} must be multiples of 8")));
+        return Err(inv(format!(
+            "rmsnorm: D {d}, ld {ldx} {ldy} {ldr} must be multiples of 8"
+        )));
     }
-    for (p, n) in [(x, "x"), (y, "y"), (w, "w"), (res_in, "res_in"), (res_out, "res_out")] {
+    for (p, n) in [
+        (x, "x"),
+        (y, "y"),
+        (w, "w"),
+        (res_in, "res_in"),
+        (res_out, "res_out"),
+    ] {
         aligned(p, 16, n)?;
     }
-    dev.launch(&k::RMSNORM, "rmsnorm", (rows as u32, 1, 1), (256, 1, 1), 0,
-        &[Arg::Ptr(x), (ldx as i32).into(), Arg::Ptr(res_in), Arg::Ptr(res_out), (ldr as i32).into(), Arg::Ptr(w), Arg::Ptr(y), (ldy as i32).into(), (d as i32).into(), eps.into()])
+    dev.launch(
+        &k::RMSNORM,
+        "rmsnorm",
+        (rows as u32, 1, 1),
+        (256, 1, 1),
+        0,
+        &[
+            Arg::Ptr(x),
+            (ldx as i32).into(),
+            Arg::Ptr(res_in),
+            Arg::Ptr(res_out),
+            (ldr as i32).into(),
+            Arg::Ptr(w),
+            Arg::Ptr(y),
+            (ldy as i32).into(),
+            (d as i32).into(),
+            eps.into(),
+        ],
+    )
 }
 
 /// In-place rotary embedding (YaRN inv_freq f32 [rot_dim/2] from [`crate::reference::yarn_inv_freq`]).
 #[allow(clippy::too_many_arguments)]
-pub fn rope(dev: &CudaDevice, x: u64, t: usize, heads: usize, ld_tok: usize, ld_head: usize, offset: usize, rot_dim: usize, pos: u64, inv_freq: u64, mscale: f32, interleaved: bool) -> Result<()> {
+pub fn rope(
+    dev: &CudaDevice,
+    x: u64,
+    t: usize,
+    heads: usize,
+    ld_tok: usize,
+    ld_head: usize,
+    offset: usize,
+    rot_dim: usize,
+    pos: u64,
+    inv_freq: u64,
+    mscale: f32,
+    interleaved: bool,
+) -> Result<()> {
     if rot_dim % 2 != 0 {
         return Err(inv("rope: odd rot_dim".into()));
     }
-    dev.launch(&k::ROPE, "rope_yarn", (t as u32, 1, 1), (128, 1, 1), 0,
-        &[Arg::Ptr(x), (heads as i32).into(), (ld_tok as i32).into(), (ld_head as i32).into(), (offset as i32).into(), (rot_dim as i32).into(),
-          Arg::Ptr(pos), Arg::Ptr(inv_freq), mscale.into(), (interleaved as i32).into()])
+    dev.launch(
+        &k::ROPE,
+        "rope_yarn",
+        (t as u32, 1, 1),
+        (128, 1, 1),
+        0,
+        &[
+            Arg::Ptr(x),
+            (heads as i32).into(),
+            (ld_tok as i32).into(),
+            (ld_head as i32).into(),
+            (offset as i32).into(),
+            (rot_dim as i32).into(),
+            Arg::Ptr(pos),
+            Arg::Ptr(inv_freq),
+            mscale.into(),
+            (interleaved as i32).into(),
+        ],
+    )
 }
 
 /// out[t, i] = silu(gu[t, i]) * gu[t, I + i].
-pub fn swiglu(dev: &CudaDevice, gu: u64, ld_in: usize, out: u64, ld_out: usize, t: usize, i: usize) -> Result<()> {
+pub fn swiglu(
+    dev: &CudaDevice,
+    gu: u64,
+    ld_in: usize,
+    out: u64,
+    ld_out: usize,
+    t: usize,
+    i: usize,
+) -> Result<()> {
     if t > 65535 {
         return Err(inv("swiglu: > 65535 rows".into()));
     }
-    dev.launch(&k::SWIGLU, "swiglu", (cdiv(i, 256) as u32, t as u32, 1), (256, 1, 1), 0,
-        &[Arg::Ptr(gu), (ld_in as i32).into(), Arg::Ptr(out), (ld_out as i32).into(), (i as i32).into()])
+    dev.launch(
+        &k::SWIGLU,
+        "swiglu",
+        (cdiv(i, 256) as u32, t as u32, 1),
+        (256, 1, 1),
+        0,
+        &[
+            Arg::Ptr(gu),
+            (ld_in as i32).into(),
+            Arg::Ptr(out),
+            (ld_out as i32).into(),
+            (i as i32).into(),
+        ],
+    )
 }
 
 /// out[t] = table[ids[t]] (zeros for ids outside [0, V)).
-pub fn embedding(dev: &CudaDevice, ids: u64, table: u64, v: usize, d: usize, out: u64, ld_out: usize, t: usize) -> Result<()> {
+pub fn embedding(
+    dev: &CudaDevice,
+    ids: u64,
+    table: u64,
+    v: usize,
+    d: usize,
+    out: u64,
+    ld_out: usize,
+    t: usize,
+) -> Result<()> {
     if d % 8 != 0 || ld_out % 8 != 0 {
         return Err(inv("embedding: D and ld_out must be multiples of 8".into()));
     }
     aligned(table, 16, "table")?;
     aligned(out, 16, "out")?;
-    dev.launch(&k::EMBEDDING, "embedding_gather", (t as u32, 1, 1), (128, 1, 1), 0,
-        &[Arg::Ptr(ids), Arg::Ptr(table), (v as i32).into(), (d as i32).into(), Arg::Ptr(out), (ld_out as i32).into()])
+    dev.launch(
+        &k::EMBEDDING,
+        "embedding_gather",
+        (t as u32, 1, 1),
+        (128, 1, 1),
+        0,
+        &[
+            Arg::Ptr(ids),
+            Arg::Ptr(table),
+            (v as i32).into(),
+            (d as i32).into(),
+            Arg::Ptr(out),
+            (ld_out as i32).into(),
+        ],
+    )
 }
 
 /// Per-row top-k of f32 scores; `prob` (or 0) receives softmax probabilities of the picks.
 #[allow(clippy::too_many_arguments)]
-pub fn topk(dev: &CudaDevice, x: u64, ld: usize, rows: usize, v: usize, kk: usize, idx: u64, val: u64, prob: u64) -> Result<()> {
+pub fn topk(
+    dev: &CudaDevice,
+    x: u64,
+    ld: usize,
+    rows: usize,
+    v: usize,
+    kk: usize,
+    idx: u64,
+    val: u64,
+    prob: u64,
+) -> Result<()> {
     if kk == 0 || kk > v {
         return Err(inv(format!("topk: k {kk} for V {v}")));
     }
-    dev.launch(&k::TOPK, "topk_rows", (rows as u32, 1, 1), (512, 1, 1), 0,
-        &[Arg::Ptr(x), (ld as i32).into(), (v as i32).into(), (kk as i32).into(), Arg::Ptr(idx), Arg::Ptr(val), Arg::Ptr(prob)])
+    dev.launch(
+        &k::TOPK,
+        "topk_rows",
+        (rows as u32, 1, 1),
+        (512, 1, 1),
+        0,
+        &[
+            Arg::Ptr(x),
+            (ld as i32).into(),
+            (v as i32).into(),
+            (kk as i32).into(),
+            Arg::Ptr(idx),
+            Arg::Ptr(val),
+            Arg::Ptr(prob),
+        ],
+    )
 }
 
 /// Greedy tree verification (see tree_verify.cu). All arrays i32 [B, N] except accept_len [B].
 #[allow(clippy::too_many_arguments)]
-pub fn tree_verify_greedy(dev: &CudaDevice, cand: u64, parent: u64, target: u64, b: usize, n: usize, accept_len: u64, accept_nodes: u64, out_tokens: u64) -> Result<()> {
-    dev.launch(&k::TREE_VERIFY, "tree_verify_greedy", (cdiv(b, 64) as u32, 1, 1), (64, 1, 1), 0,
-        &[Arg::Ptr(cand), Arg::Ptr(parent), Arg::Ptr(target), (b as i32).into(), (n as i32).into(), Arg::Ptr(accept_len), Arg::Ptr(accept_nodes), Arg::Ptr(out_tokens)])
+pub fn tree_verify_greedy(
+    dev: &CudaDevice,
+    cand: u64,
+    parent: u64,
+    target: u64,
+    b: usize,
+    n: usize,
+    accept_len: u64,
+    accept_nodes: u64,
+    out_tokens: u64,
+) -> Result<()> {
+    dev.launch(
+        &k::TREE_VERIFY,
+        "tree_verify_greedy",
+        (cdiv(b, 64) as u32, 1, 1),
+        (64, 1, 1),
+        0,
+        &[
+            Arg::Ptr(cand),
+            Arg::Ptr(parent),
+            Arg::Ptr(target),
+            (b as i32).into(),
+            (n as i32).into(),
+            Arg::Ptr(accept_len),
+            Arg::Ptr(accept_nodes),
+            Arg::Ptr(out_tokens),
+        ],
+    )
 }
 
 /// Per-row sampling (see sampling.cu). temperature f32 [rows], top_k i32 [rows], top_p f32
 /// [rows], uniform f32 [rows] in [0, 1); out i32 [rows].
 #[allow(clippy::too_many_arguments)]
-pub fn sample(dev: &CudaDevice, logits: u64, ld: usize, rows: usize, v: usize, temperature: u64, top_k: u64, top_p: u64, uniform: u64, out: u64) -> Result<()> {
-    dev.launch(&k::SAMPLING, "sample_rows", (rows as u32, 1, 1), (1024, 1, 1), 0,
-        &[Arg::Ptr(logits), (ld as i32).into(), (v as i32).into(), Arg::Ptr(temperature), Arg::Ptr(top_k), Arg::Ptr(top_p), Arg::Ptr(uniform), Arg::Ptr(out)])
+pub fn sample(
+    dev: &CudaDevice,
+    logits: u64,
+    ld: usize,
+    rows: usize,
+    v: usize,
+    temperature: u64,
+    top_k: u64,
+    top_p: u64,
+    uniform: u64,
+    out: u64,
+) -> Result<()> {
+    dev.launch(
+        &k::SAMPLING,
+        "sample_rows",
+        (rows as u32, 1, 1),
+        (1024, 1, 1),
+        0,
+        &[
+            Arg::Ptr(logits),
+            (ld as i32).into(),
+            (v as i32).into(),
+            Arg::Ptr(temperature),
+            Arg::Ptr(top_k),
+            Arg::Ptr(top_p),
+            Arg::Ptr(uniform),
+            Arg::Ptr(out),
+        ],
+    )
 }
 
 #[allow(dead_code)]

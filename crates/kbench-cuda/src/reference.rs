@@ -60,13 +60,25 @@ pub fn silu(x: f32) -> f32 {
 
 /// DeepSeek-V3 routing: returns (ids [T, k], weights [T, k]).
 #[allow(clippy::too_many_arguments)]
-pub fn moe_route(logits: &[f32], bias: Option<&[f32]>, t: usize, e: usize, top_k: usize, n_group: usize, topk_group: usize, renorm: bool, scaling: f32) -> (Vec<i32>, Vec<f32>) {
+pub fn moe_route(
+    logits: &[f32],
+    bias: Option<&[f32]>,
+    t: usize,
+    e: usize,
+    top_k: usize,
+    n_group: usize,
+    topk_group: usize,
+    renorm: bool,
+    scaling: f32,
+) -> (Vec<i32>, Vec<f32>) {
     let mut ids = vec![0i32; t * top_k];
     let mut wts = vec![0f32; t * top_k];
     for tok in 0..t {
         let lg = &logits[tok * e..(tok + 1) * e];
         let score: Vec<f32> = lg.iter().map(|&x| sigmoid(x)).collect();
-        let mut ch: Vec<f32> = (0..e).map(|i| score[i] + bias.map_or(0.0, |b| b[i])).collect();
+        let mut ch: Vec<f32> = (0..e)
+            .map(|i| score[i] + bias.map_or(0.0, |b| b[i]))
+            .collect();
         if n_group > 1 {
             let gs = e / n_group;
             let mut gsc: Vec<(f32, usize)> = (0..n_group)
@@ -90,7 +102,12 @@ pub fn moe_route(logits: &[f32], bias: Option<&[f32]>, t: usize, e: usize, top_k
         let sum: f32 = sel.iter().map(|&i| score[i]).sum();
         for (j, &i) in sel.iter().enumerate() {
             ids[tok * top_k + j] = i as i32;
-            wts[tok * top_k + j] = score[i] * if renorm { scaling / (sum + 1e-20) } else { scaling };
+            wts[tok * top_k + j] = score[i]
+                * if renorm {
+                    scaling / (sum + 1e-20)
+                } else {
+                    scaling
+                };
         }
     }
     (ids, wts)
@@ -99,7 +116,18 @@ pub fn moe_route(logits: &[f32], bias: Option<&[f32]>, t: usize, e: usize, top_k
 /// Routed experts given routing: x [T, H]; w13 dequantized [E][2I, H]; w2 [E][H, I].
 /// act is rounded to bf16 as the kernel stores it. Returns f32 [T, H] (before bf16 rounding).
 #[allow(clippy::too_many_arguments)]
-pub fn moe_experts(x: &[f32], t: usize, h: usize, i: usize, ids: &[i32], wts: &[f32], top_k: usize, w13: &dyn Fn(usize) -> Vec<f32>, w2: &dyn Fn(usize) -> Vec<f32>, shared: Option<&[f32]>) -> Vec<f32> {
+pub fn moe_experts(
+    x: &[f32],
+    t: usize,
+    h: usize,
+    i: usize,
+    ids: &[i32],
+    wts: &[f32],
+    top_k: usize,
+    w13: &dyn Fn(usize) -> Vec<f32>,
+    w2: &dyn Fn(usize) -> Vec<f32>,
+    shared: Option<&[f32]>,
+) -> Vec<f32> {
     let mut out = vec![0f32; t * h];
     for tok in 0..t {
         let xr = &x[tok * h..(tok + 1) * h];
@@ -111,7 +139,9 @@ pub fn moe_experts(x: &[f32], t: usize, h: usize, i: usize, ids: &[i32], wts: &[
             let a = w13(e);
             let b = w2(e);
             let gu = matmul_nt(xr, &a, 1, 2 * i, h);
-            let act: Vec<f32> = (0..i).map(|c| bf16::round(silu(gu[c]) * gu[i + c])).collect();
+            let act: Vec<f32> = (0..i)
+                .map(|c| bf16::round(silu(gu[c]) * gu[i + c]))
+                .collect();
             let d = matmul_nt(&act, &b, 1, h, i);
             for n in 0..h {
                 out[tok * h + n] += wts[tok * top_k + j] * d[n];
@@ -123,7 +153,15 @@ pub fn moe_experts(x: &[f32], t: usize, h: usize, i: usize, ids: &[i32], wts: &[
 
 /// MLA attention reference for one request. q [R, 576] (R = q_len * H), kv [kv_len, 576]
 /// (prefix then the q_len query tokens), mask[qi] bit j: tree token j visible (None = causal).
-pub fn mla_attention(q: &[f32], kv: &[f32], q_len: usize, h: usize, prefix: usize, mask: Option<&[u64]>, scale: f32) -> Vec<f32> {
+pub fn mla_attention(
+    q: &[f32],
+    kv: &[f32],
+    q_len: usize,
+    h: usize,
+    prefix: usize,
+    mask: Option<&[u64]>,
+    scale: f32,
+) -> Vec<f32> {
     let r = q_len * h;
     let kv_len = prefix + q_len;
     let mut out = vec![0f32; r * 512];
@@ -132,17 +170,32 @@ pub fn mla_attention(q: &[f32], kv: &[f32], q_len: usize, h: usize, prefix: usiz
         let qr = &q[row * 576..(row + 1) * 576];
         let mut sc = vec![f64::NEG_INFINITY; kv_len];
         for (s, scv) in sc.iter_mut().enumerate() {
-            let vis = s < prefix || match mask {
-                Some(m) => (m[qi] >> (s - prefix)) & 1 == 1,
-                None => s - prefix <= qi,
-            };
+            let vis = s < prefix
+                || match mask {
+                    Some(m) => (m[qi] >> (s - prefix)) & 1 == 1,
+                    None => s - prefix <= qi,
+                };
             if vis {
                 let kr = &kv[s * 576..(s + 1) * 576];
-                *scv = qr.iter().zip(kr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale as f64;
+                *scv = qr
+                    .iter()
+                    .zip(kr)
+                    .map(|(a, b)| *a as f64 * *b as f64)
+                    .sum::<f64>()
+                    * scale as f64;
             }
         }
         let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let p: Vec<f64> = sc.iter().map(|&s| if s == f64::NEG_INFINITY { 0.0 } else { (s - mx).exp() }).collect();
+        let p: Vec<f64> = sc
+            .iter()
+            .map(|&s| {
+                if s == f64::NEG_INFINITY {
+                    0.0
+                } else {
+                    (s - mx).exp()
+                }
+            })
+            .collect();
         let z: f64 = p.iter().sum();
         for d in 0..512 {
             let mut a = 0f64;
@@ -184,26 +237,47 @@ impl Yarn {
     /// 50000; beta_fast = beta_slow = 1 and mscale = mscale_all_dim = 1 as in Kimi-K2's
     /// config.json). The engine must take these from the checkpoint's config.json.
     pub fn kimi_k25() -> Self {
-        Yarn { rope_theta: 50000.0, factor: 64.0, original_max_position: 4096.0, beta_fast: 1.0, beta_slow: 1.0, mscale: 1.0, mscale_all_dim: 1.0 }
+        Yarn {
+            rope_theta: 50000.0,
+            factor: 64.0,
+            original_max_position: 4096.0,
+            beta_fast: 1.0,
+            beta_slow: 1.0,
+            mscale: 1.0,
+            mscale_all_dim: 1.0,
+        }
     }
 }
 
 fn yarn_get_mscale(scale: f64, mscale: f64) -> f64 {
-    if scale <= 1.0 { 1.0 } else { 0.1 * mscale * scale.ln() + 1.0 }
+    if scale <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * scale.ln() + 1.0
+    }
 }
 
 /// (inv_freq [dim/2], cos/sin multiplier) as DeepseekV3YarnRotaryEmbedding computes them.
 /// `factor <= 1` gives plain RoPE.
 pub fn yarn_inv_freq(y: &Yarn, dim: usize) -> (Vec<f32>, f32) {
     let half = dim / 2;
-    let extra: Vec<f64> = (0..half).map(|i| 1.0 / y.rope_theta.powf((2 * i) as f64 / dim as f64)).collect();
+    let extra: Vec<f64> = (0..half)
+        .map(|i| 1.0 / y.rope_theta.powf((2 * i) as f64 / dim as f64))
+        .collect();
     if y.factor <= 1.0 {
         return (extra.iter().map(|&v| v as f32).collect(), 1.0);
     }
-    let corr = |rot: f64| (dim as f64 * (y.original_max_position / (rot * 2.0 * std::f64::consts::PI)).ln()) / (2.0 * y.rope_theta.ln());
+    let corr = |rot: f64| {
+        (dim as f64 * (y.original_max_position / (rot * 2.0 * std::f64::consts::PI)).ln())
+            / (2.0 * y.rope_theta.ln())
+    };
     let low = corr(y.beta_fast).floor().max(0.0);
     let high = corr(y.beta_slow).ceil().min(dim as f64 - 1.0);
-    let high = if (high - low).abs() < 1e-12 { high + 0.001 } else { high };
+    let high = if (high - low).abs() < 1e-12 {
+        high + 0.001
+    } else {
+        high
+    };
     let inv: Vec<f32> = (0..half)
         .map(|i| {
             let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
@@ -226,7 +300,11 @@ pub fn mla_softmax_scale(qk_head_dim: usize, y: &Yarn) -> f32 {
 pub fn rope(x: &mut [f32], pos: i32, inv_freq: &[f32], mscale: f32, interleaved: bool) {
     let half = inv_freq.len();
     for i in 0..half {
-        let (i0, i1) = if interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
+        let (i0, i1) = if interleaved {
+            (2 * i, 2 * i + 1)
+        } else {
+            (i, i + half)
+        };
         let ang = pos as f64 * inv_freq[i] as f64;
         let (s, c) = ang.sin_cos();
         let (c, s) = (c * mscale as f64, s * mscale as f64);
@@ -244,7 +322,11 @@ pub fn topk(row: &[f32], k: usize) -> Vec<(usize, f32)> {
 }
 
 /// Greedy tree walk; returns (accept_len, accepted node indices, output tokens).
-pub fn tree_verify_greedy(cand: &[i32], parent: &[i32], target: &[i32]) -> (usize, Vec<i32>, Vec<i32>) {
+pub fn tree_verify_greedy(
+    cand: &[i32],
+    parent: &[i32],
+    target: &[i32],
+) -> (usize, Vec<i32>, Vec<i32>) {
     let n = cand.len();
     let (mut cur, mut nodes, mut toks) = (0usize, vec![], vec![]);
     loop {
@@ -264,17 +346,29 @@ pub fn tree_verify_greedy(cand: &[i32], parent: &[i32], target: &[i32]) -> (usiz
 }
 
 /// The kept set and normalised probabilities of sampling.cu (f64 sums): Vec of (index, prob).
-pub fn sampling_distribution(x: &[f32], temperature: f32, top_k: i32, top_p: f32) -> Vec<(usize, f64)> {
+pub fn sampling_distribution(
+    x: &[f32],
+    temperature: f32,
+    top_k: i32,
+    top_p: f32,
+) -> Vec<(usize, f64)> {
     let v = x.len();
     let valid: Vec<usize> = (0..v).filter(|&i| !x[i].is_nan()).collect();
     if temperature <= 0.0 {
         let best = topk(x, 1)[0].0;
         return vec![(best, 1.0)];
     }
-    let mx = valid.iter().map(|&i| x[i]).fold(f32::NEG_INFINITY, f32::max);
+    let mx = valid
+        .iter()
+        .map(|&i| x[i])
+        .fold(f32::NEG_INFINITY, f32::max);
     let mut sorted = valid.clone();
     sorted.sort_by(|&a, &b| x[b].partial_cmp(&x[a]).unwrap());
-    let kth = if top_k > 0 && (top_k as usize) < v { x[sorted[top_k as usize - 1]] } else { f32::NEG_INFINITY };
+    let kth = if top_k > 0 && (top_k as usize) < v {
+        x[sorted[top_k as usize - 1]]
+    } else {
+        f32::NEG_INFINITY
+    };
     let p = |i: usize| (((x[i] - mx) / temperature) as f64).exp();
     let kept: Vec<usize> = valid.iter().cloned().filter(|&i| x[i] >= kth).collect();
     let z: f64 = kept.iter().map(|&i| p(i)).sum();

@@ -77,14 +77,24 @@ pub struct QLinear {
 pub fn rand_qlinear(rng: &mut Rand, n: usize, k: usize) -> QLinear {
     let q = rng.q4(n * k);
     let wq = r::pack_int4(&q, n, k);
-    let s: Vec<u16> = (0..n * k / 32).map(|_| bf16::from_f32(0.002 + rng.f() * 0.02)).collect();
+    let s: Vec<u16> = (0..n * k / 32)
+        .map(|_| bf16::from_f32(0.002 + rng.f() * 0.02))
+        .collect();
     let w = r::dequant_int4(&wq, &s, n, k);
     QLinear { wq, s, w }
 }
 
 fn t_int4_matmul(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let mut out = vec![];
-    for &(m, n, k, split, f32o) in &[(1, 4096, 7168, true, false), (1, 1000, 2048, false, true), (5, 1000, 2048, true, false), (16, 512, 1536, true, true), (37, 384, 512, false, false), (64, 256, 7168, true, false), (200, 130, 1024, false, false)] {
+    for &(m, n, k, split, f32o) in &[
+        (1, 4096, 7168, true, false),
+        (1, 1000, 2048, false, true),
+        (5, 1000, 2048, true, false),
+        (16, 512, 1536, true, true),
+        (37, 384, 512, false, false),
+        (64, 256, 7168, true, false),
+        (200, 130, 1024, false, false),
+    ] {
         if small() && m * n * k > 50_000_000 {
             continue;
         }
@@ -95,51 +105,140 @@ fn t_int4_matmul(dev: &CudaDevice, rng: &mut Rand) -> TResult {
         let dw = dev.upload(&ql.wq).map_err(e)?;
         let ds = dev.upload(&ql.s).map_err(e)?;
         let ws = dev.alloc::<f32>(16 * m * n).map_err(e)?;
-        let wsopt = if split { Some((ws.ptr(), ws.len())) } else { None };
+        let wsopt = if split {
+            Some((ws.ptr(), ws.len()))
+        } else {
+            None
+        };
         let y: Vec<f32> = if f32o {
             let dy = dev.alloc_poison::<f32>(m * n).map_err(e)?;
-            ops::int4_matmul(dev, dx.ptr(), k, dw.ptr(), ds.ptr(), dy.ptr(), n, true, m, n, k, wsopt).map_err(e)?;
+            ops::int4_matmul(
+                dev,
+                dx.ptr(),
+                k,
+                dw.ptr(),
+                ds.ptr(),
+                dy.ptr(),
+                n,
+                true,
+                m,
+                n,
+                k,
+                wsopt,
+            )
+            .map_err(e)?;
             dev.download(&dy).map_err(e)?
         } else {
             let dy = dev.alloc_poison::<u16>(m * n).map_err(e)?;
-            ops::int4_matmul(dev, dx.ptr(), k, dw.ptr(), ds.ptr(), dy.ptr(), n, false, m, n, k, wsopt).map_err(e)?;
+            ops::int4_matmul(
+                dev,
+                dx.ptr(),
+                k,
+                dw.ptr(),
+                ds.ptr(),
+                dy.ptr(),
+                n,
+                false,
+                m,
+                n,
+                k,
+                wsopt,
+            )
+            .map_err(e)?;
             bf16::vec_to(&dev.download(&dy).map_err(e)?)
         };
         let tol = if f32o { 1e-4 } else { 8e-3 };
-        out.push(check_err(&format!("M{m} N{n} K{k} split {split} f32 {f32o}"), r::rel_err(&y, &yref), tol)?);
+        out.push(check_err(
+            &format!("M{m} N{n} K{k} split {split} f32 {f32o}"),
+            r::rel_err(&y, &yref),
+            tol,
+        )?);
     }
     Ok(out.join("; "))
 }
 
 fn t_bf16_matmul(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let mut out = vec![];
-    for &(m, n, k, batch, split, f32o) in &[(1, 1000, 512, 1, true, false), (9, 640, 7168, 1, true, true), (3, 512, 128, 4, false, false), (40, 300, 256, 2, true, false), (130, 96, 96, 1, false, true)] {
+    for &(m, n, k, batch, split, f32o) in &[
+        (1, 1000, 512, 1, true, false),
+        (9, 640, 7168, 1, true, true),
+        (3, 512, 128, 4, false, false),
+        (40, 300, 256, 2, true, false),
+        (130, 96, 96, 1, false, true),
+    ] {
         // batched layout as the MLA absorb uses it: X rows of batch*k, W [batch][n][k], Y rows of batch*n
         let x = rng.vec_bf(m * batch * k, 1.0);
         let w = rng.vec_bf(batch * n * k, 0.05);
         let dx = dev.upload(&bf16::vec_from(&x)).map_err(e)?;
         let dw = dev.upload(&bf16::vec_from(&w)).map_err(e)?;
         let ws = dev.alloc::<f32>(16 * batch * m * n).map_err(e)?;
-        let wsopt = if split { Some((ws.ptr(), ws.len())) } else { None };
+        let wsopt = if split {
+            Some((ws.ptr(), ws.len()))
+        } else {
+            None
+        };
         let mut yref = vec![0f32; m * batch * n];
         for z in 0..batch {
-            let xz: Vec<f32> = (0..m).flat_map(|i| x[i * batch * k + z * k..i * batch * k + (z + 1) * k].to_vec()).collect();
+            let xz: Vec<f32> = (0..m)
+                .flat_map(|i| x[i * batch * k + z * k..i * batch * k + (z + 1) * k].to_vec())
+                .collect();
             let yz = r::matmul_nt(&xz, &w[z * n * k..(z + 1) * n * k], m, n, k);
             for i in 0..m {
-                yref[i * batch * n + z * n..i * batch * n + (z + 1) * n].copy_from_slice(&yz[i * n..(i + 1) * n]);
+                yref[i * batch * n + z * n..i * batch * n + (z + 1) * n]
+                    .copy_from_slice(&yz[i * n..(i + 1) * n]);
             }
         }
         let y: Vec<f32> = if f32o {
             let dy = dev.alloc_poison::<f32>(m * batch * n).map_err(e)?;
-            ops::bf16_matmul(dev, dx.ptr(), batch * k, k, dw.ptr(), k, n * k, dy.ptr(), batch * n, n, true, m, n, k, batch, wsopt).map_err(e)?;
+            ops::bf16_matmul(
+                dev,
+                dx.ptr(),
+                batch * k,
+                k,
+                dw.ptr(),
+                k,
+                n * k,
+                dy.ptr(),
+                batch * n,
+                n,
+                true,
+                m,
+                n,
+                k,
+                batch,
+                wsopt,
+            )
+            .map_err(e)?;
             dev.download(&dy).map_err(e)?
         } else {
             let dy = dev.alloc_poison::<u16>(m * batch * n).map_err(e)?;
-            ops::bf16_matmul(dev, dx.ptr(), batch * k, k, dw.ptr(), k, n * k, dy.ptr(), batch * n, n, false, m, n, k, batch, wsopt).map_err(e)?;
+            ops::bf16_matmul(
+                dev,
+                dx.ptr(),
+                batch * k,
+                k,
+                dw.ptr(),
+                k,
+                n * k,
+                dy.ptr(),
+                batch * n,
+                n,
+                false,
+                m,
+                n,
+                k,
+                batch,
+                wsopt,
+            )
+            .map_err(e)?;
             bf16::vec_to(&dev.download(&dy).map_err(e)?)
         };
         let tol = if f32o { 1e-4 } else { 8e-3 };
-        out.push(check_err(&format!("M{m} N{n} K{k} batch {batch} split {split} f32 {f32o}"), r::rel_err(&y, &yref), tol)?);
+        out.push(check_err(
+            &format!("M{m} N{n} K{k} batch {batch} split {split} f32 {f32o}"),
+            r::rel_err(&y, &yref),
+            tol,
+        )?);
     }
     Ok(out.join("; "))
 }
@@ -173,23 +272,62 @@ pub fn rand_moe(dev: &CudaDevice, rng: &mut Rand, c: &MoeConfig) -> crate::Resul
 
 fn t_moe(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let mut out = vec![];
-    let small = MoeConfig { n_experts: 32, top_k: 4, n_group: 1, topk_group: 1, renormalize: true, routed_scaling: 2.5, hidden: 512, inter: 256 };
-    let grouped = MoeConfig { n_group: 4, topk_group: 2, renormalize: false, routed_scaling: 1.0, ..small };
-    let wide = MoeConfig { n_experts: 8, top_k: 4, n_group: 1, topk_group: 1, renormalize: true, routed_scaling: 2.827, hidden: 7168, inter: 2048 };
+    let small = MoeConfig {
+        n_experts: 32,
+        top_k: 4,
+        n_group: 1,
+        topk_group: 1,
+        renormalize: true,
+        routed_scaling: 2.5,
+        hidden: 512,
+        inter: 256,
+    };
+    let grouped = MoeConfig {
+        n_group: 4,
+        topk_group: 2,
+        renormalize: false,
+        routed_scaling: 1.0,
+        ..small
+    };
+    let wide = MoeConfig {
+        n_experts: 8,
+        top_k: 4,
+        n_group: 1,
+        topk_group: 1,
+        renormalize: true,
+        routed_scaling: 2.827,
+        hidden: 7168,
+        inter: 2048,
+    };
     let mut configs = vec![(small, vec![1usize, 5, 40, 150]), (grouped, vec![7])];
     if !self::small() {
         configs.push((wide, vec![2]));
     }
     for (c, tokens) in configs {
         let m = rand_moe(dev, rng, &c).map_err(e)?;
-        let weights = MoeWeights { w13: m.dw13.ptr(), s13: m.ds13.ptr(), w2: m.dw2.ptr(), s2: m.ds2.ptr() };
+        let weights = MoeWeights {
+            w13: m.dw13.ptr(),
+            s13: m.ds13.ptr(),
+            w2: m.dw2.ptr(),
+            s2: m.ds2.ptr(),
+        };
         for t in tokens {
             let (e_, h) = (c.n_experts, c.hidden);
             let logits = rng.vec(t * e_, 3.0);
             let bias = rng.vec(e_, 0.1);
             let x = rng.vec_bf(t * h, 1.0);
             let shared = rng.vec_bf(t * h, 0.1);
-            let (ids, wts) = r::moe_route(&logits, Some(&bias), t, e_, c.top_k, c.n_group, c.topk_group, c.renormalize, c.routed_scaling);
+            let (ids, wts) = r::moe_route(
+                &logits,
+                Some(&bias),
+                t,
+                e_,
+                c.top_k,
+                c.n_group,
+                c.topk_group,
+                c.renormalize,
+                c.routed_scaling,
+            );
             let sc = MoeScratch::new(dev, &c, t).map_err(e)?;
             dev.fill_bytes(&sc.ids, 0xff).map_err(e)?;
             dev.fill_bytes(&sc.wts, 0xff).map_err(e)?;
@@ -201,19 +339,54 @@ fn t_moe(dev: &CudaDevice, rng: &mut Rand) -> TResult {
             let dsh = dev.upload(&bf16::vec_from(&shared)).map_err(e)?;
             let dy = dev.alloc_poison::<u16>(t * h).map_err(e)?;
             ops::moe_route(dev, &c, dl.ptr(), db.ptr(), t, &sc).map_err(e)?;
-            ops::moe_experts(dev, &c, dx.ptr(), h, t, &weights, &sc, dsh.ptr(), h, dy.ptr(), h).map_err(e)?;
+            ops::moe_experts(
+                dev,
+                &c,
+                dx.ptr(),
+                h,
+                t,
+                &weights,
+                &sc,
+                dsh.ptr(),
+                h,
+                dy.ptr(),
+                h,
+            )
+            .map_err(e)?;
             let gids = dev.download(&sc.ids).map_err(e)?;
             let gw = dev.download(&sc.wts).map_err(e)?;
             if gids[..t * c.top_k] != ids[..] {
-                return Err(format!("moe_route ids differ (T {t}): gpu {:?} cpu {:?}", &gids[..c.top_k.min(gids.len())], &ids[..c.top_k]));
+                return Err(format!(
+                    "moe_route ids differ (T {t}): gpu {:?} cpu {:?}",
+                    &gids[..c.top_k.min(gids.len())],
+                    &ids[..c.top_k]
+                ));
             }
             let werr = r::rel_err(&gw[..t * c.top_k], &wts);
             if werr > 1e-5 {
                 return Err(format!("moe_route weights rel err {werr:.2e}"));
             }
-            let yref = r::moe_experts(&x, t, h, c.inter, &ids, &wts, c.top_k, &|ex| m.w13[ex].w.clone(), &|ex| m.w2[ex].w.clone(), Some(&shared));
+            let yref = r::moe_experts(
+                &x,
+                t,
+                h,
+                c.inter,
+                &ids,
+                &wts,
+                c.top_k,
+                &|ex| m.w13[ex].w.clone(),
+                &|ex| m.w2[ex].w.clone(),
+                Some(&shared),
+            );
             let y = bf16::vec_to(&dev.download(&dy).map_err(e)?);
-            out.push(check_err(&format!("E{} k{} H{} I{} groups {}/{} T{t}", e_, c.top_k, h, c.inter, c.n_group, c.topk_group), r::rel_err(&y, &yref), 1e-2)?);
+            out.push(check_err(
+                &format!(
+                    "E{} k{} H{} I{} groups {}/{} T{t}",
+                    e_, c.top_k, h, c.inter, c.n_group, c.topk_group
+                ),
+                r::rel_err(&y, &yref),
+                1e-2,
+            )?);
         }
     }
     Ok(out.join("; "))
@@ -263,14 +436,37 @@ fn t_mla(dev: &CudaDevice, rng: &mut Rand) -> TResult {
         let dq = dev.upload(&bf16::vec_from(&q)).map_err(e)?;
         let dc = dev.upload(&bf16::vec_from(&cache)).map_err(e)?;
         let dt = dev.upload(&table).map_err(e)?;
-        let dp = dev.upload(&prefixes.iter().map(|&p| p as i32).collect::<Vec<_>>()).map_err(e)?;
+        let dp = dev
+            .upload(&prefixes.iter().map(|&p| p as i32).collect::<Vec<_>>())
+            .map_err(e)?;
         let dm = dev.upload(&masks).map_err(e)?;
-        let shape = MlaShape { batch: b, q_len, heads: h, page_size: ps, max_pages };
+        let shape = MlaShape {
+            batch: b,
+            q_len,
+            heads: h,
+            page_size: ps,
+            max_pages,
+        };
         let (no, nm) = ops::mla_workspace(&shape, splits);
         let dop = dev.alloc_poison::<f32>(no).map_err(e)?;
         let dml = dev.alloc_poison::<f32>(nm).map_err(e)?;
         let dout = dev.alloc_poison::<u16>(b * s_r * 512).map_err(e)?;
-        ops::mla_attention(dev, &shape, dq.ptr(), dc.ptr(), dt.ptr(), dp.ptr(), if masked { dm.ptr() } else { 0 }, scale, splits, dop.ptr(), dml.ptr(), dout.ptr(), 512).map_err(e)?;
+        ops::mla_attention(
+            dev,
+            &shape,
+            dq.ptr(),
+            dc.ptr(),
+            dt.ptr(),
+            dp.ptr(),
+            if masked { dm.ptr() } else { 0 },
+            scale,
+            splits,
+            dop.ptr(),
+            dml.ptr(),
+            dout.ptr(),
+            512,
+        )
+        .map_err(e)?;
         let y = bf16::vec_to(&dev.download(&dout).map_err(e)?);
         let mut yref = vec![];
         for bi in 0..b {
@@ -282,29 +478,72 @@ fn t_mla(dev: &CudaDevice, rng: &mut Rand) -> TResult {
                 kv[tok * 576..(tok + 1) * 576].copy_from_slice(&cache[src..src + 576]);
             }
             let qb = &q[bi * s_r * 576..(bi + 1) * s_r * 576];
-            yref.extend(r::mla_attention(qb, &kv, q_len, h, prefixes[bi], if masked { Some(&masks[bi * q_len..(bi + 1) * q_len]) } else { None }, scale));
+            yref.extend(r::mla_attention(
+                qb,
+                &kv,
+                q_len,
+                h,
+                prefixes[bi],
+                if masked {
+                    Some(&masks[bi * q_len..(bi + 1) * q_len])
+                } else {
+                    None
+                },
+                scale,
+            ));
         }
-        out.push(check_err(&format!("B{b} q{q_len} H{h} page {ps} splits {splits} masked {masked}"), r::rel_err(&y, &yref), 2e-2)?);
+        out.push(check_err(
+            &format!("B{b} q{q_len} H{h} page {ps} splits {splits} masked {masked}"),
+            r::rel_err(&y, &yref),
+            2e-2,
+        )?);
     }
     Ok(out.join("; "))
 }
 
 fn t_rmsnorm(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let mut out = vec![];
-    for &(rows, d, res) in &[(5usize, 7168usize, false), (3, 7168, true), (9, 512, true), (2, 1536, false)] {
+    for &(rows, d, res) in &[
+        (5usize, 7168usize, false),
+        (3, 7168, true),
+        (9, 512, true),
+        (2, 1536, false),
+    ] {
         let x = rng.vec_bf(rows * d, 2.0);
         let rs = rng.vec_bf(rows * d, 2.0);
         let w = rng.vec_bf(d, 1.0);
-        let h: Vec<f32> = if res { x.iter().zip(&rs).map(|(a, b)| bf16::round(a + b)).collect() } else { x.clone() };
+        let h: Vec<f32> = if res {
+            x.iter().zip(&rs).map(|(a, b)| bf16::round(a + b)).collect()
+        } else {
+            x.clone()
+        };
         let yref = r::rmsnorm(&h, &w, d, 1e-6);
         let dx = dev.upload(&bf16::vec_from(&x)).map_err(e)?;
         let dr = dev.upload(&bf16::vec_from(&rs)).map_err(e)?;
         let dw = dev.upload(&bf16::vec_from(&w)).map_err(e)?;
         let dy = dev.alloc_poison::<u16>(rows * d).map_err(e)?;
         // residual stream updated in place (res_out aliases res_in)
-        ops::rmsnorm(dev, dx.ptr(), d, if res { dr.ptr() } else { 0 }, if res { dr.ptr() } else { 0 }, d, dw.ptr(), dy.ptr(), d, rows, d, 1e-6).map_err(e)?;
+        ops::rmsnorm(
+            dev,
+            dx.ptr(),
+            d,
+            if res { dr.ptr() } else { 0 },
+            if res { dr.ptr() } else { 0 },
+            d,
+            dw.ptr(),
+            dy.ptr(),
+            d,
+            rows,
+            d,
+            1e-6,
+        )
+        .map_err(e)?;
         let y = bf16::vec_to(&dev.download(&dy).map_err(e)?);
-        out.push(check_err(&format!("rows {rows} D{d} residual {res}"), r::rel_err(&y, &yref), 8e-3)?);
+        out.push(check_err(
+            &format!("rows {rows} D{d} residual {res}"),
+            r::rel_err(&y, &yref),
+            8e-3,
+        )?);
         if res {
             let hr = bf16::vec_to(&dev.download(&dr).map_err(e)?);
             if r::rel_err(&hr, &h) > 1e-6 {
@@ -319,7 +558,13 @@ fn t_rope(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let mut out = vec![];
     let (t, heads, hd, off, rot) = (5usize, 4usize, 192usize, 128usize, 64usize);
     for &interleaved in &[true, false] {
-        for y in [r::Yarn::kimi_k25(), r::Yarn { factor: 1.0, ..r::Yarn::kimi_k25() }] {
+        for y in [
+            r::Yarn::kimi_k25(),
+            r::Yarn {
+                factor: 1.0,
+                ..r::Yarn::kimi_k25()
+            },
+        ] {
             let (inv, ms) = r::yarn_inv_freq(&y, rot);
             let x = rng.vec_bf(t * heads * hd, 1.0);
             let pos: Vec<i32> = (0..t).map(|_| rng.below(5000) as i32).collect();
@@ -333,9 +578,27 @@ fn t_rope(dev: &CudaDevice, rng: &mut Rand) -> TResult {
             let dx = dev.upload(&bf16::vec_from(&x)).map_err(e)?;
             let dp = dev.upload(&pos).map_err(e)?;
             let di = dev.upload(&inv).map_err(e)?;
-            ops::rope(dev, dx.ptr(), t, heads, heads * hd, hd, off, rot, dp.ptr(), di.ptr(), ms, interleaved).map_err(e)?;
+            ops::rope(
+                dev,
+                dx.ptr(),
+                t,
+                heads,
+                heads * hd,
+                hd,
+                off,
+                rot,
+                dp.ptr(),
+                di.ptr(),
+                ms,
+                interleaved,
+            )
+            .map_err(e)?;
             let g = bf16::vec_to(&dev.download(&dx).map_err(e)?);
-            out.push(check_err(&format!("interleaved {interleaved} factor {}", y.factor), r::rel_err(&g, &xr), 1e-2)?);
+            out.push(check_err(
+                &format!("interleaved {interleaved} factor {}", y.factor),
+                r::rel_err(&g, &xr),
+                1e-2,
+            )?);
         }
     }
     Ok(out.join("; "))
@@ -344,10 +607,12 @@ fn t_rope(dev: &CudaDevice, rng: &mut Rand) -> TResult {
 fn t_swiglu_embedding(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let (t, i) = (7usize, 2048usize);
     let gu = rng.vec_bf(t * 2 * i, 3.0);
-    let yref: Vec<f32> = (0..t * i).map(|k| {
-        let (tt, ii) = (k / i, k % i);
-        r::silu(gu[tt * 2 * i + ii]) * gu[tt * 2 * i + i + ii]
-    }).collect();
+    let yref: Vec<f32> = (0..t * i)
+        .map(|k| {
+            let (tt, ii) = (k / i, k % i);
+            r::silu(gu[tt * 2 * i + ii]) * gu[tt * 2 * i + i + ii]
+        })
+        .collect();
     let dg = dev.upload(&bf16::vec_from(&gu)).map_err(e)?;
     let dy = dev.alloc_poison::<u16>(t * i).map_err(e)?;
     ops::swiglu(dev, dg.ptr(), 2 * i, dy.ptr(), i, t, i).map_err(e)?;
@@ -362,7 +627,11 @@ fn t_swiglu_embedding(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     ops::embedding(dev, di.ptr(), dt.ptr(), v, d, dout.ptr(), d, ids.len()).map_err(e)?;
     let g = dev.download(&dout).map_err(e)?;
     for (ti, &id) in ids.iter().enumerate() {
-        let want: Vec<u16> = if id >= 0 && (id as usize) < v { table[id as usize * d..(id as usize + 1) * d].to_vec() } else { vec![0; d] };
+        let want: Vec<u16> = if id >= 0 && (id as usize) < v {
+            table[id as usize * d..(id as usize + 1) * d].to_vec()
+        } else {
+            vec![0; d]
+        };
         if g[ti * d..(ti + 1) * d] != want[..] {
             return Err(format!("embedding row {ti} (id {id}) differs"));
         }
@@ -386,10 +655,17 @@ fn t_topk(dev: &CudaDevice, rng: &mut Rand) -> TResult {
         let row = &x[rr * v..(rr + 1) * v];
         let want = r::topk(row, k);
         let mx = want[0].1 as f64;
-        let z: f64 = row.iter().filter(|a| !a.is_nan()).map(|&a| (a as f64 - mx).exp()).sum();
+        let z: f64 = row
+            .iter()
+            .filter(|a| !a.is_nan())
+            .map(|&a| (a as f64 - mx).exp())
+            .sum();
         for (j, (wi, wv)) in want.iter().enumerate() {
             if gi[rr * k + j] != *wi as i32 {
-                return Err(format!("row {rr} pick {j}: gpu {} cpu {wi}", gi[rr * k + j]));
+                return Err(format!(
+                    "row {rr} pick {j}: gpu {} cpu {wi}",
+                    gi[rr * k + j]
+                ));
             }
             let p = ((*wv as f64 - mx).exp() / z) as f32;
             if (gp[rr * k + j] - p).abs() > 1e-4 * p.max(1e-3) + 1e-7 {
@@ -414,27 +690,61 @@ fn t_tree_verify(dev: &CudaDevice, rng: &mut Rand) -> TResult {
             }
         }
     }
-    let (dc, dp, dt) = (dev.upload(&cand).map_err(e)?, dev.upload(&parent).map_err(e)?, dev.upload(&target).map_err(e)?);
+    let (dc, dp, dt) = (
+        dev.upload(&cand).map_err(e)?,
+        dev.upload(&parent).map_err(e)?,
+        dev.upload(&target).map_err(e)?,
+    );
     let dl = dev.alloc_poison::<i32>(b).map_err(e)?;
     let dn = dev.alloc_poison::<i32>(b * n).map_err(e)?;
     let dto = dev.alloc_poison::<i32>(b * n).map_err(e)?;
-    ops::tree_verify_greedy(dev, dc.ptr(), dp.ptr(), dt.ptr(), b, n, dl.ptr(), dn.ptr(), dto.ptr()).map_err(e)?;
-    let (gl, gn, gt) = (dev.download(&dl).map_err(e)?, dev.download(&dn).map_err(e)?, dev.download(&dto).map_err(e)?);
+    ops::tree_verify_greedy(
+        dev,
+        dc.ptr(),
+        dp.ptr(),
+        dt.ptr(),
+        b,
+        n,
+        dl.ptr(),
+        dn.ptr(),
+        dto.ptr(),
+    )
+    .map_err(e)?;
+    let (gl, gn, gt) = (
+        dev.download(&dl).map_err(e)?,
+        dev.download(&dn).map_err(e)?,
+        dev.download(&dto).map_err(e)?,
+    );
     let mut total = 0;
     for bi in 0..b {
         let s = bi * n..(bi + 1) * n;
-        let (len, nodes, toks) = r::tree_verify_greedy(&cand[s.clone()], &parent[s.clone()], &target[s]);
+        let (len, nodes, toks) =
+            r::tree_verify_greedy(&cand[s.clone()], &parent[s.clone()], &target[s]);
         total += len;
-        if gl[bi] as usize != len || gn[bi * n..bi * n + len - 1] != nodes[..] || gt[bi * n..bi * n + len] != toks[..] {
+        if gl[bi] as usize != len
+            || gn[bi * n..bi * n + len - 1] != nodes[..]
+            || gt[bi * n..bi * n + len] != toks[..]
+        {
             return Err(format!("request {bi}: gpu len {} cpu {len}", gl[bi]));
         }
     }
-    Ok(format!("{b} trees of {n}, mean accept len {:.2}", total as f64 / b as f64))
+    Ok(format!(
+        "{b} trees of {n}, mean accept len {:.2}",
+        total as f64 / b as f64
+    ))
 }
 
 fn t_sampling(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let v = 50000usize;
-    let params: Vec<(f32, i32, f32)> = vec![(0.0, 0, 1.0), (1.0, 0, 1.0), (0.7, 20, 1.0), (1.0, 0, 0.9), (0.5, 50, 0.8), (1.3, 1, 1.0), (1.0, 5000, 0.95)];
+    let params: Vec<(f32, i32, f32)> = vec![
+        (0.0, 0, 1.0),
+        (1.0, 0, 1.0),
+        (0.7, 20, 1.0),
+        (1.0, 0, 0.9),
+        (0.5, 50, 0.8),
+        (1.3, 1, 1.0),
+        (1.0, 5000, 0.95),
+    ];
     let rows = params.len() * 4;
     let x = rng.vec(rows * v, 6.0);
     let temp: Vec<f32> = (0..rows).map(|i| params[i % params.len()].0).collect();
@@ -442,9 +752,26 @@ fn t_sampling(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let tp: Vec<f32> = (0..rows).map(|i| params[i % params.len()].2).collect();
     let u: Vec<f32> = (0..rows).map(|_| rng.f()).collect();
     let dx = dev.upload(&x).map_err(e)?;
-    let (d1, d2, d3, d4) = (dev.upload(&temp).map_err(e)?, dev.upload(&tk).map_err(e)?, dev.upload(&tp).map_err(e)?, dev.upload(&u).map_err(e)?);
+    let (d1, d2, d3, d4) = (
+        dev.upload(&temp).map_err(e)?,
+        dev.upload(&tk).map_err(e)?,
+        dev.upload(&tp).map_err(e)?,
+        dev.upload(&u).map_err(e)?,
+    );
     let dout = dev.alloc_poison::<i32>(rows).map_err(e)?;
-    ops::sample(dev, dx.ptr(), v, rows, v, d1.ptr(), d2.ptr(), d3.ptr(), d4.ptr(), dout.ptr()).map_err(e)?;
+    ops::sample(
+        dev,
+        dx.ptr(),
+        v,
+        rows,
+        v,
+        d1.ptr(),
+        d2.ptr(),
+        d3.ptr(),
+        d4.ptr(),
+        dout.ptr(),
+    )
+    .map_err(e)?;
     let g = dev.download(&dout).map_err(e)?;
     for rr in 0..rows {
         let dist = r::sampling_distribution(&x[rr * v..(rr + 1) * v], temp[rr], tk[rr], tp[rr]);
@@ -458,12 +785,22 @@ fn t_sampling(dev: &CudaDevice, rng: &mut Rand) -> TResult {
                 // u must fall in [lo, cum) up to rounding
                 let uu = u[rr] as f64;
                 if uu < lo - 1e-4 || uu > cum + 1e-4 {
-                    return Err(format!("row {rr}: token {} has cumulative [{lo:.5}, {cum:.5}) but u = {uu:.5}", g[rr]));
+                    return Err(format!(
+                        "row {rr}: token {} has cumulative [{lo:.5}, {cum:.5}) but u = {uu:.5}",
+                        g[rr]
+                    ));
                 }
             }
         }
         if !found {
-            return Err(format!("row {rr} (T {} k {} p {}): token {} not in the kept set of {}", temp[rr], tk[rr], tp[rr], g[rr], dist.len()));
+            return Err(format!(
+                "row {rr} (T {} k {} p {}): token {} not in the kept set of {}",
+                temp[rr],
+                tk[rr],
+                tp[rr],
+                g[rr],
+                dist.len()
+            ));
         }
     }
     Ok(format!("{rows} rows, V {v}"))
@@ -478,7 +815,20 @@ fn t_graph(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let dn = dev.alloc::<u16>(rows * 2 * d).map_err(e)?;
     let dy = dev.alloc_poison::<u16>(rows * d).map_err(e)?;
     let run = || -> crate::Result<()> {
-        ops::rmsnorm(dev, dx.ptr(), 2 * d, 0, 0, 0, dw.ptr(), dn.ptr(), 2 * d, rows, 2 * d, 1e-6)?;
+        ops::rmsnorm(
+            dev,
+            dx.ptr(),
+            2 * d,
+            0,
+            0,
+            0,
+            dw.ptr(),
+            dn.ptr(),
+            2 * d,
+            rows,
+            2 * d,
+            1e-6,
+        )?;
         ops::swiglu(dev, dn.ptr(), 2 * d, dy.ptr(), d, rows, d)
     };
     run().map_err(e)?;
@@ -556,13 +906,24 @@ pub fn run(dev: &CudaDevice, filter: &str, seed: u64) -> Vec<TestResult> {
         let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(dev, &mut rng)));
         let res = match res {
             Ok(r) => r.and_then(|s| dev.sync().map(|_| s).map_err(e)),
-            Err(p) => Err(format!("panicked: {}", p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())),
+            Err(p) => Err(format!(
+                "panicked: {}",
+                p.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
+            )),
         };
         let (ok, detail) = match res {
             Ok(s) => (true, s),
             Err(s) => (false, s),
         };
-        out.push(TestResult { name: name.to_string(), ok, detail, millis: t0.elapsed().as_secs_f64() * 1e3 });
+        out.push(TestResult {
+            name: name.to_string(),
+            ok,
+            detail,
+            millis: t0.elapsed().as_secs_f64() * 1e3,
+        });
     }
     out
 }

@@ -14,7 +14,13 @@ fn gpu_kernels_match_cpu_reference() {
     let res = kbench_cuda::selftest::run(&dev, &filter, 1);
     let mut bad = 0;
     for r in &res {
-        eprintln!("{:<20} {:<4} {:>8.0} ms  {}", r.name, if r.ok { "ok" } else { "FAIL" }, r.millis, r.detail);
+        eprintln!(
+            "{:<20} {:<4} {:>8.0} ms  {}",
+            r.name,
+            if r.ok { "ok" } else { "FAIL" },
+            r.millis,
+            r.detail
+        );
         bad += (!r.ok) as usize;
     }
     assert_eq!(bad, 0, "{bad} GPU tests failed");

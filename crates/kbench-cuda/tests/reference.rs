@@ -20,18 +20,32 @@ fn int4_pack_roundtrip_matches_compressed_tensors_layout() {
 fn bf16_rounding_is_nearest_even() {
     assert_eq!(bf16::from_f32(1.0), 0x3F80);
     assert_eq!(bf16::to_f32(bf16::from_f32(1.0 + 1.0 / 256.0)), 1.0); // tie -> even
-    assert_eq!(bf16::to_f32(bf16::from_f32(1.0 + 3.0 / 256.0)), 1.0 + 4.0 / 256.0);
+    assert_eq!(
+        bf16::to_f32(bf16::from_f32(1.0 + 3.0 / 256.0)),
+        1.0 + 4.0 / 256.0
+    );
     assert!(bf16::to_f32(bf16::from_f32(f32::NAN)).is_nan());
 }
 
 #[test]
 fn yarn_blends_between_original_and_interpolated_frequencies() {
-    let y = r::Yarn { beta_fast: 32.0, beta_slow: 1.0, ..r::Yarn::kimi_k25() };
+    let y = r::Yarn {
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        ..r::Yarn::kimi_k25()
+    };
     let (inv, m) = r::yarn_inv_freq(&y, 64);
     assert_eq!(inv.len(), 32);
-    assert!((inv[0] - 1.0).abs() < 1e-6, "highest frequency is extrapolated: {}", inv[0]);
+    assert!(
+        (inv[0] - 1.0).abs() < 1e-6,
+        "highest frequency is extrapolated: {}",
+        inv[0]
+    );
     let base_last = 1.0 / y.rope_theta.powf(62.0 / 64.0);
-    assert!(((inv[31] as f64) - base_last / y.factor).abs() < 1e-9, "lowest frequency is interpolated");
+    assert!(
+        ((inv[31] as f64) - base_last / y.factor).abs() < 1e-9,
+        "lowest frequency is interpolated"
+    );
     assert!((m - 1.0).abs() < 1e-6, "mscale == mscale_all_dim -> 1");
     let plain = r::Yarn { factor: 1.0, ..y };
     assert_eq!(r::yarn_inv_freq(&plain, 64).1, 1.0);

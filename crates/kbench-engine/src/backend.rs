@@ -74,7 +74,14 @@ impl EngineBackend {
     }
 
     /// For callers that already hold a model (tests, benches).
-    pub fn from_model(model: Model, spec: Option<SpecSettings>, spec_v2: bool, max_running: usize, temperature: f32, seed: u64) -> EngineBackend {
+    pub fn from_model(
+        model: Model,
+        spec: Option<SpecSettings>,
+        spec_v2: bool,
+        max_running: usize,
+        temperature: f32,
+        seed: u64,
+    ) -> EngineBackend {
         EngineBackend {
             model,
             spec,
@@ -93,7 +100,9 @@ impl EngineBackend {
     pub fn prompt_for(&self, seed: u64, request: &Request) -> Vec<u32> {
         let mut rng = rng_for(seed, "prompt", request.id);
         let v = self.model.target.vocab as u32;
-        (0..request.input_len.max(1)).map(|_| rng.random_range(0..v)).collect()
+        (0..request.input_len.max(1))
+            .map(|_| rng.random_range(0..v))
+            .collect()
     }
 }
 
@@ -114,7 +123,11 @@ impl Backend for EngineBackend {
                     VerifyMethod::TargetOnly => "target-only sampling",
                     VerifyMethod::Exact => "exact sampling",
                 },
-                if self.spec_v2 { ", v2 (same tokens; overlap not modelled on CPU)" } else { "" }
+                if self.spec_v2 {
+                    ", v2 (same tokens; overlap not modelled on CPU)"
+                } else {
+                    ""
+                }
             ),
             None => "plain decoding".into(),
         };
@@ -125,7 +138,10 @@ impl Backend for EngineBackend {
         )
     }
 
-    fn start_level(&mut self, concurrency: u32) -> std::result::Result<Box<dyn Session + '_>, BackendError> {
+    fn start_level(
+        &mut self,
+        concurrency: u32,
+    ) -> std::result::Result<Box<dyn Session + '_>, BackendError> {
         Ok(Box::new(EngineSession {
             backend: self,
             start: Instant::now(),
@@ -159,7 +175,8 @@ impl EngineSession<'_> {
     fn stamp(&self, live: &mut Live, before: usize) {
         let now = self.now();
         let after = live.seq.output_len();
-        live.token_times.extend(std::iter::repeat_n(now, after.saturating_sub(before)));
+        live.token_times
+            .extend(std::iter::repeat_n(now, after.saturating_sub(before)));
     }
 }
 
@@ -170,7 +187,10 @@ impl Session for EngineSession<'_> {
 
     fn submit(&mut self, request: Request) -> std::result::Result<(), BackendError> {
         if request.max_tokens == 0 {
-            return Err(BackendError::msg(NAME, format!("request {} asks for 0 tokens", request.id)));
+            return Err(BackendError::msg(
+                NAME,
+                format!("request {} asks for 0 tokens", request.id),
+            ));
         }
         let b = self.backend;
         let prompt = b.prompt_for(b.seed, &request);
@@ -210,7 +230,8 @@ impl Session for EngineSession<'_> {
             }
             if !admitted.is_empty() {
                 {
-                    let mut refs: Vec<&mut Sequence> = admitted.iter_mut().map(|l| &mut l.seq).collect();
+                    let mut refs: Vec<&mut Sequence> =
+                        admitted.iter_mut().map(|l| &mut l.seq).collect();
                     prefill(&m, &mut refs).map_err(fail)?;
                 }
                 for mut l in admitted {
@@ -221,7 +242,8 @@ impl Session for EngineSession<'_> {
                 // One decode round over the whole running batch.
                 let before: Vec<usize> = self.running.iter().map(|l| l.seq.output_len()).collect();
                 {
-                    let mut refs: Vec<&mut Sequence> = self.running.iter_mut().map(|l| &mut l.seq).collect();
+                    let mut refs: Vec<&mut Sequence> =
+                        self.running.iter_mut().map(|l| &mut l.seq).collect();
                     match &b.spec {
                         Some(cfg) => {
                             spec_round(&m, &mut refs, cfg).map_err(fail)?;
@@ -255,7 +277,11 @@ impl Session for EngineSession<'_> {
                         input_len: l.request.input_len,
                         submitted_ns: l.submitted_ns,
                         token_times_ns: l.token_times,
-                        round_commits: if b.spec.is_some() { l.seq.round_commits } else { Vec::new() },
+                        round_commits: if b.spec.is_some() {
+                            l.seq.round_commits
+                        } else {
+                            Vec::new()
+                        },
                     })
                     .collect());
             }

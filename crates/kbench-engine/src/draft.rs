@@ -90,15 +90,25 @@ impl Draft {
                 )));
             }
         }
-        let (nh, nkv, hd) = (arch.num_heads as usize, arch.num_kv_heads as usize, arch.head_dim as usize);
+        let (nh, nkv, hd) = (
+            arch.num_heads as usize,
+            arch.num_kv_heads as usize,
+            arch.head_dim as usize,
+        );
         if nkv == 0 || nh % nkv != 0 {
-            return Err(EngineError::ConfigMismatch(format!("draft: {nh} heads do not group over {nkv} KV heads")));
+            return Err(EngineError::ConfigMismatch(format!(
+                "draft: {nh} heads do not group over {nkv} KV heads"
+            )));
         }
         let i = arch.intermediate_size as usize;
         let dv = arch.draft_vocab_size as usize;
         let ncap = arch.capture_layers.len();
         let l = |name: &str, out: usize, inp: usize| -> Result<Linear> {
-            Ok(Linear::bf16(out, inp, ws.bf16s(&format!("{name}.weight"), &[out, inp])?))
+            Ok(Linear::bf16(
+                out,
+                inp,
+                ws.bf16s(&format!("{name}.weight"), &[out, inp])?,
+            ))
         };
         let n = |name: &str| ws.f32s(&format!("{name}.weight"), &[h]);
         let d2t: Vec<u32> = if ws.contains("d2t") {
@@ -171,7 +181,9 @@ impl Draft {
         for s in segs {
             let n = s.tokens.len();
             if s.positions.len() != n {
-                return Err(EngineError::Invalid("draft segment tokens and positions differ in length".into()));
+                return Err(EngineError::Invalid(
+                    "draft segment tokens and positions differ in length".into(),
+                ));
             }
             if s.hidden_in.len() == n * ncap * h {
                 hid.extend(self.fc.forward(&s.hidden_in, n));
@@ -189,12 +201,18 @@ impl Draft {
         let mut xin = Vec::with_capacity(total * 2 * h);
         for (t, tok) in segs.iter().flat_map(|s| s.tokens.iter()).enumerate() {
             if *tok as usize >= target.vocab {
-                return Err(EngineError::Invalid(format!("token id {tok} is outside the vocabulary")));
+                return Err(EngineError::Invalid(format!(
+                    "token id {tok} is outside the vocabulary"
+                )));
             }
             let mut e = target.embed(*tok);
             rms_norm(&mut e, &self.in_norm, self.eps);
             xin.extend(e);
-            xin.extend(rms_norm_to(&hid[t * h..(t + 1) * h], &self.hidden_norm, self.eps));
+            xin.extend(rms_norm_to(
+                &hid[t * h..(t + 1) * h],
+                &self.hidden_norm,
+                self.eps,
+            ));
         }
         let mut q = self.q.forward(&xin, total);
         let mut k = self.k.forward(&xin, total);
@@ -208,10 +226,15 @@ impl Draft {
                 let t = t0 + i;
                 let (c, sn) = self.rope.table(s.positions[i]);
                 for hh in 0..nh {
-                    self.rope.apply(&mut q[(t * nh + hh) * hd..(t * nh + hh + 1) * hd], &c, &sn);
+                    self.rope
+                        .apply(&mut q[(t * nh + hh) * hd..(t * nh + hh + 1) * hd], &c, &sn);
                 }
                 for hh in 0..nkv {
-                    self.rope.apply(&mut k[(t * nkv + hh) * hd..(t * nkv + hh + 1) * hd], &c, &sn);
+                    self.rope.apply(
+                        &mut k[(t * nkv + hh) * hd..(t * nkv + hh + 1) * hd],
+                        &c,
+                        &sn,
+                    );
                 }
             }
             for i in 0..n {
@@ -219,7 +242,10 @@ impl Draft {
                 let nkeys = s.cache.len + s.extra.len() + i + 1;
                 let key = |j: usize| -> (&[f32], &[f32]) {
                     if j < s.cache.len {
-                        (&s.cache.k[j * kvw..(j + 1) * kvw], &s.cache.v[j * kvw..(j + 1) * kvw])
+                        (
+                            &s.cache.k[j * kvw..(j + 1) * kvw],
+                            &s.cache.v[j * kvw..(j + 1) * kvw],
+                        )
                     } else if j < s.cache.len + s.extra.len() {
                         let e = s.extra[j - s.cache.len];
                         (&e.k, &e.v)

@@ -35,7 +35,11 @@ pub struct GenerateResult {
 }
 
 /// Loads `model_dir` (and `draft_dir` when speculating) and generates.
-pub fn generate(model_dir: &Path, draft_dir: Option<&Path>, opts: &GenerateOptions) -> Result<GenerateResult> {
+pub fn generate(
+    model_dir: &Path,
+    draft_dir: Option<&Path>,
+    opts: &GenerateOptions,
+) -> Result<GenerateResult> {
     let draft_dir = match (&opts.spec, draft_dir) {
         (Some(_), None) => {
             let d = model_dir.join("draft");
@@ -60,21 +64,36 @@ pub fn generate_with(model: &Model, opts: &GenerateOptions) -> Result<GenerateRe
         .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
     let ids: Vec<u32> = enc.get_ids().to_vec();
     if ids.is_empty() {
-        return Err(EngineError::Invalid("the prompt encodes to no tokens".into()));
+        return Err(EngineError::Invalid(
+            "the prompt encodes to no tokens".into(),
+        ));
     }
     let start = Instant::now();
-    let seqs = run_batch(model, vec![(0, ids.clone())], opts.max_tokens, opts.temperature, opts.seed, opts.spec.as_ref())?;
+    let seqs = run_batch(
+        model,
+        vec![(0, ids.clone())],
+        opts.max_tokens,
+        opts.temperature,
+        opts.seed,
+        opts.spec.as_ref(),
+    )?;
     let elapsed = start.elapsed().as_secs_f64();
     let s = &seqs[0];
     let out = s.output().to_vec();
-    let text = tok.decode(&out, false).map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+    let text = tok
+        .decode(&out, false)
+        .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
     let rounds = s.round_commits.len();
     Ok(GenerateResult {
         prompt_tokens: ids,
         text,
         accept_length: (opts.spec.is_some() && rounds > 0)
             .then(|| s.round_commits.iter().map(|&c| c as f64).sum::<f64>() / rounds as f64),
-        round_commits: if opts.spec.is_some() { s.round_commits.clone() } else { Vec::new() },
+        round_commits: if opts.spec.is_some() {
+            s.round_commits.clone()
+        } else {
+            Vec::new()
+        },
         tokens_per_s: out.len() as f64 / elapsed.max(1e-9),
         tokens: out,
         elapsed_ms: elapsed * 1e3,
@@ -97,7 +116,16 @@ pub fn run_batch(
     let m = model.models();
     let mut seqs: Vec<Sequence> = prompts
         .into_iter()
-        .map(|(id, p)| Sequence::new(id, p, max_new, temperature, seq_rng(seed, id), &model.target))
+        .map(|(id, p)| {
+            Sequence::new(
+                id,
+                p,
+                max_new,
+                temperature,
+                seq_rng(seed, id),
+                &model.target,
+            )
+        })
         .collect();
     {
         let mut refs: Vec<&mut Sequence> = seqs.iter_mut().collect();

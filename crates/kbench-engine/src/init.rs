@@ -50,7 +50,9 @@ impl Preset {
         match s {
             "tiny" => Ok(Preset::Tiny),
             "kimi-slice" | "kimi_slice" => Ok(Preset::KimiSlice),
-            other => Err(EngineError::Invalid(format!("unknown model preset `{other}` (tiny, kimi-slice)"))),
+            other => Err(EngineError::Invalid(format!(
+                "unknown model preset `{other}` (tiny, kimi-slice)"
+            ))),
         }
     }
 }
@@ -154,12 +156,21 @@ impl Dims {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(EngineError::Invalid(m));
         if self.layers == 0 || self.hidden % 32 != 0 || self.moe_inter % 32 != 0 {
-            return bad(format!("hidden ({}) and moe_inter ({}) must be multiples of 32, layers >= 1", self.hidden, self.moe_inter));
+            return bad(format!(
+                "hidden ({}) and moe_inter ({}) must be multiples of 32, layers >= 1",
+                self.hidden, self.moe_inter
+            ));
         }
-        if self.experts % self.n_group != 0 || self.topk_group > self.n_group || self.experts_per_tok > self.experts {
+        if self.experts % self.n_group != 0
+            || self.topk_group > self.n_group
+            || self.experts_per_tok > self.experts
+        {
             return bad("router groups do not fit the experts".into());
         }
-        if self.draft_vocab > self.vocab || self.draft_kv_heads == 0 || self.draft_heads % self.draft_kv_heads != 0 {
+        if self.draft_vocab > self.vocab
+            || self.draft_kv_heads == 0
+            || self.draft_heads % self.draft_kv_heads != 0
+        {
             return bad("draft vocabulary or heads do not fit".into());
         }
         if self.rope % 2 != 0 || self.draft_head_dim % 2 != 0 {
@@ -197,8 +208,17 @@ impl InitOptions {
 
 /// Writes a model to `out_dir` (config.json, tokenizer.json, sharded safetensors + index)
 /// and its draft to `out_dir/draft`. Streams tensors: memory stays bounded by one matrix.
-pub fn init_model(preset: Preset, layers: Option<u32>, seed: u64, draft_quality: f32, out_dir: &Path) -> Result<()> {
-    init_model_with(&InitOptions::new(preset, layers, seed, draft_quality), out_dir)
+pub fn init_model(
+    preset: Preset,
+    layers: Option<u32>,
+    seed: u64,
+    draft_quality: f32,
+    out_dir: &Path,
+) -> Result<()> {
+    init_model_with(
+        &InitOptions::new(preset, layers, seed, draft_quality),
+        out_dir,
+    )
 }
 
 pub fn init_model_with(opts: &InitOptions, out_dir: &Path) -> Result<()> {
@@ -207,9 +227,17 @@ pub fn init_model_with(opts: &InitOptions, out_dir: &Path) -> Result<()> {
     std::fs::create_dir_all(out_dir.join("draft")).map_err(io_err(out_dir))?;
     write_json(&out_dir.join("config.json"), &plan.config)?;
     write_json(&out_dir.join("tokenizer.json"), &tokenizer_json(g.d.vocab))?;
-    write_json(&out_dir.join("generation_config.json"), &json!({"max_length": 262144, "eos_token_id": 2}))?;
-    write_json(&out_dir.join("kbench_init.json"), &serde_json::to_value(opts).map_err(|e| EngineError::Invalid(e.to_string()))?)?;
-    let shard_jobs: Vec<Vec<Job>> = std::iter::once(g.head_jobs()).chain((0..g.d.layers).map(|l| g.layer_jobs(l))).collect();
+    write_json(
+        &out_dir.join("generation_config.json"),
+        &json!({"max_length": 262144, "eos_token_id": 2}),
+    )?;
+    write_json(
+        &out_dir.join("kbench_init.json"),
+        &serde_json::to_value(opts).map_err(|e| EngineError::Invalid(e.to_string()))?,
+    )?;
+    let shard_jobs: Vec<Vec<Job>> = std::iter::once(g.head_jobs())
+        .chain((0..g.d.layers).map(|l| g.layer_jobs(l)))
+        .collect();
     for ((file, _), jobs) in plan.shards.iter().zip(&shard_jobs) {
         write_shard(&g, &out_dir.join(file), jobs)?;
     }
@@ -279,7 +307,11 @@ fn write_json(path: &Path, v: &Value) -> Result<()> {
     std::fs::write(path, text).map_err(io_err(path))
 }
 
-fn collect(g: &Gen, jobs: &[Job], out: &mut Vec<(String, Dtype, Vec<usize>, Vec<u8>)>) -> Result<()> {
+fn collect(
+    g: &Gen,
+    jobs: &[Job],
+    out: &mut Vec<(String, Dtype, Vec<usize>, Vec<u8>)>,
+) -> Result<()> {
     let mut cache = QuantCache::default();
     for j in jobs {
         let mut bytes = Vec::with_capacity(j.plan.nbytes());
@@ -287,7 +319,12 @@ fn collect(g: &Gen, jobs: &[Job], out: &mut Vec<(String, Dtype, Vec<usize>, Vec<
             bytes.extend_from_slice(b);
             Ok(())
         })?;
-        out.push((j.plan.name.clone(), j.plan.dtype, j.plan.shape.clone(), bytes));
+        out.push((
+            j.plan.name.clone(),
+            j.plan.dtype,
+            j.plan.shape.clone(),
+            bytes,
+        ));
     }
     Ok(())
 }
@@ -305,11 +342,19 @@ fn write_shard(g: &Gen, path: &Path, jobs: &[Job]) -> Result<()> {
 #[derive(Debug, Clone)]
 enum Fill {
     /// Uniform with the given std, one ChaCha stream per row.
-    Rand { std: f32 },
+    Rand {
+        std: f32,
+    },
     Const(f32),
     /// INT4 compressed-tensors part of the matrix `base` ([out, in], std).
-    Int4Packed { base: String, std: f32 },
-    Int4Scale { base: String, std: f32 },
+    Int4Packed {
+        base: String,
+        std: f32,
+    },
+    Int4Scale {
+        base: String,
+        std: f32,
+    },
     Int4Shape,
     /// Draft tensors built from the target's.
     DraftLmHead,
@@ -362,7 +407,10 @@ impl Gen {
     fn new(opts: &InitOptions) -> Result<Gen> {
         opts.dims.validate()?;
         if !(0.0..=1.0).contains(&opts.draft_quality) {
-            return Err(EngineError::Invalid(format!("draft_quality {} is not in [0, 1]", opts.draft_quality)));
+            return Err(EngineError::Invalid(format!(
+                "draft_quality {} is not in [0, 1]",
+                opts.draft_quality
+            )));
         }
         let mut g = Gen {
             d: opts.dims.clone(),
@@ -417,12 +465,17 @@ impl Gen {
         if v * h > (1 << 22) {
             return (0..dv as u32).collect();
         }
-        let lm: Vec<Vec<f32>> = (0..v).map(|r| rand_row(self.seed, &self.lm_name(), r, h, self.lm_std())).collect();
+        let lm: Vec<Vec<f32>> = (0..v)
+            .map(|r| rand_row(self.seed, &self.lm_name(), r, h, self.lm_std()))
+            .collect();
         let mut count = vec![0usize; v];
         for x in 0..v {
             let mut e = rand_row(self.seed, &self.embed_name(), x, h, 1.0);
             crate::linalg::rms_norm(&mut e, &vec![1.0; h], 1e-6);
-            let logits: Vec<f32> = lm.iter().map(|r| r.iter().zip(&e).map(|(a, b)| a * b).sum()).collect();
+            let logits: Vec<f32> = lm
+                .iter()
+                .map(|r| r.iter().zip(&e).map(|(a, b)| a * b).sum())
+                .collect();
             count[crate::linalg::argmax(&logits)] += 1;
         }
         let mut ids: Vec<usize> = (0..v).collect();
@@ -548,9 +601,22 @@ impl Gen {
     fn head_jobs(&self) -> Vec<Job> {
         let (v, h) = (self.d.vocab, self.d.hidden);
         vec![
-            Job { plan: plan(self.embed_name(), Dtype::BF16, vec![v, h]), fill: Fill::Rand { std: 1.0 } },
-            Job { plan: plan(format!("{}model.norm.weight", self.prefix), Dtype::BF16, vec![h]), fill: Fill::Const(1.0) },
-            Job { plan: plan(self.lm_name(), Dtype::BF16, vec![v, h]), fill: Fill::Rand { std: self.lm_std() } },
+            Job {
+                plan: plan(self.embed_name(), Dtype::BF16, vec![v, h]),
+                fill: Fill::Rand { std: 1.0 },
+            },
+            Job {
+                plan: plan(
+                    format!("{}model.norm.weight", self.prefix),
+                    Dtype::BF16,
+                    vec![h],
+                ),
+                fill: Fill::Const(1.0),
+            },
+            Job {
+                plan: plan(self.lm_name(), Dtype::BF16, vec![v, h]),
+                fill: Fill::Rand { std: self.lm_std() },
+            },
         ]
     }
 
@@ -562,33 +628,102 @@ impl Gen {
         let a = format!("{lp}.self_attn");
         let mut jobs = Vec::new();
         let mut bf = |name: String, shape: Vec<usize>, fill: Fill| {
-            jobs.push(Job { plan: plan(name, Dtype::BF16, shape), fill })
+            jobs.push(Job {
+                plan: plan(name, Dtype::BF16, shape),
+                fill,
+            })
         };
         let std_in = |n: usize| 1.0 / (n as f32).sqrt();
-        bf(format!("{lp}.input_layernorm.weight"), vec![h], Fill::Const(1.0));
+        bf(
+            format!("{lp}.input_layernorm.weight"),
+            vec![h],
+            Fill::Const(1.0),
+        );
         let qd = d.heads * (d.nope + d.rope);
         match d.q_lora_rank {
             Some(qr) => {
-                bf(format!("{a}.q_a_proj.weight"), vec![qr, h], Fill::Rand { std: std_in(h) });
-                bf(format!("{a}.q_a_layernorm.weight"), vec![qr], Fill::Const(1.0));
-                bf(format!("{a}.q_b_proj.weight"), vec![qd, qr], Fill::Rand { std: std_in(qr) });
+                bf(
+                    format!("{a}.q_a_proj.weight"),
+                    vec![qr, h],
+                    Fill::Rand { std: std_in(h) },
+                );
+                bf(
+                    format!("{a}.q_a_layernorm.weight"),
+                    vec![qr],
+                    Fill::Const(1.0),
+                );
+                bf(
+                    format!("{a}.q_b_proj.weight"),
+                    vec![qd, qr],
+                    Fill::Rand { std: std_in(qr) },
+                );
             }
-            None => bf(format!("{a}.q_proj.weight"), vec![qd, h], Fill::Rand { std: std_in(h) }),
+            None => bf(
+                format!("{a}.q_proj.weight"),
+                vec![qd, h],
+                Fill::Rand { std: std_in(h) },
+            ),
         }
-        bf(format!("{a}.kv_a_proj_with_mqa.weight"), vec![d.kv_lora_rank + d.rope, h], Fill::Rand { std: std_in(h) });
-        bf(format!("{a}.kv_a_layernorm.weight"), vec![d.kv_lora_rank], Fill::Const(1.0));
-        bf(format!("{a}.kv_b_proj.weight"), vec![d.heads * (d.nope + d.v_head), d.kv_lora_rank], Fill::Rand { std: std_in(d.kv_lora_rank) });
-        bf(format!("{a}.o_proj.weight"), vec![h, d.heads * d.v_head], Fill::Rand { std: gain * std_in(d.heads * d.v_head) });
-        bf(format!("{lp}.post_attention_layernorm.weight"), vec![h], Fill::Const(1.0));
+        bf(
+            format!("{a}.kv_a_proj_with_mqa.weight"),
+            vec![d.kv_lora_rank + d.rope, h],
+            Fill::Rand { std: std_in(h) },
+        );
+        bf(
+            format!("{a}.kv_a_layernorm.weight"),
+            vec![d.kv_lora_rank],
+            Fill::Const(1.0),
+        );
+        bf(
+            format!("{a}.kv_b_proj.weight"),
+            vec![d.heads * (d.nope + d.v_head), d.kv_lora_rank],
+            Fill::Rand {
+                std: std_in(d.kv_lora_rank),
+            },
+        );
+        bf(
+            format!("{a}.o_proj.weight"),
+            vec![h, d.heads * d.v_head],
+            Fill::Rand {
+                std: gain * std_in(d.heads * d.v_head),
+            },
+        );
+        bf(
+            format!("{lp}.post_attention_layernorm.weight"),
+            vec![h],
+            Fill::Const(1.0),
+        );
         let mp = format!("{lp}.mlp");
         if l < d.first_k_dense {
-            bf(format!("{mp}.gate_proj.weight"), vec![d.inter, h], Fill::Rand { std: std_in(h) });
-            bf(format!("{mp}.up_proj.weight"), vec![d.inter, h], Fill::Rand { std: std_in(h) });
-            bf(format!("{mp}.down_proj.weight"), vec![h, d.inter], Fill::Rand { std: gain * std_in(d.inter) });
+            bf(
+                format!("{mp}.gate_proj.weight"),
+                vec![d.inter, h],
+                Fill::Rand { std: std_in(h) },
+            );
+            bf(
+                format!("{mp}.up_proj.weight"),
+                vec![d.inter, h],
+                Fill::Rand { std: std_in(h) },
+            );
+            bf(
+                format!("{mp}.down_proj.weight"),
+                vec![h, d.inter],
+                Fill::Rand {
+                    std: gain * std_in(d.inter),
+                },
+            );
         } else {
-            bf(format!("{mp}.gate.weight"), vec![d.experts, h], Fill::Rand { std: std_in(h) });
+            bf(
+                format!("{mp}.gate.weight"),
+                vec![d.experts, h],
+                Fill::Rand { std: std_in(h) },
+            );
             jobs.push(Job {
-                plan: plan(format!("{mp}.gate.e_score_correction_bias"), Dtype::F32, vec![d.experts]),
+                plan: plan(
+                    format!("{mp}.gate.e_score_correction_bias"),
+                    Dtype::F32,
+                    vec![d.experts],
+                ),
                 fill: Fill::Rand { std: 0.05 },
             });
             for e in 0..d.experts {
@@ -596,16 +731,35 @@ impl Gen {
                 for (proj, out, inp, std) in [
                     ("gate_proj", d.moe_inter, h, std_in(h)),
                     ("up_proj", d.moe_inter, h, std_in(h)),
-                    ("down_proj", h, d.moe_inter, gain * std_in(d.moe_inter) / 2.827),
+                    (
+                        "down_proj",
+                        h,
+                        d.moe_inter,
+                        gain * std_in(d.moe_inter) / 2.827,
+                    ),
                 ] {
                     let base = format!("{ep}.{proj}");
                     jobs.push(Job {
-                        plan: plan(format!("{base}.weight_packed"), Dtype::I32, vec![out, inp / 8]),
-                        fill: Fill::Int4Packed { base: base.clone(), std },
+                        plan: plan(
+                            format!("{base}.weight_packed"),
+                            Dtype::I32,
+                            vec![out, inp / 8],
+                        ),
+                        fill: Fill::Int4Packed {
+                            base: base.clone(),
+                            std,
+                        },
                     });
                     jobs.push(Job {
-                        plan: plan(format!("{base}.weight_scale"), Dtype::BF16, vec![out, inp / 32]),
-                        fill: Fill::Int4Scale { base: base.clone(), std },
+                        plan: plan(
+                            format!("{base}.weight_scale"),
+                            Dtype::BF16,
+                            vec![out, inp / 32],
+                        ),
+                        fill: Fill::Int4Scale {
+                            base: base.clone(),
+                            std,
+                        },
                     });
                     jobs.push(Job {
                         plan: plan(format!("{base}.weight_shape"), Dtype::I32, vec![2]),
@@ -617,11 +771,28 @@ impl Gen {
                 let si = d.moe_inter * d.shared_experts;
                 let sp = format!("{mp}.shared_experts");
                 let mut bf = |name: String, shape: Vec<usize>, fill: Fill| {
-                    jobs.push(Job { plan: plan(name, Dtype::BF16, shape), fill })
+                    jobs.push(Job {
+                        plan: plan(name, Dtype::BF16, shape),
+                        fill,
+                    })
                 };
-                bf(format!("{sp}.gate_proj.weight"), vec![si, h], Fill::Rand { std: std_in(h) });
-                bf(format!("{sp}.up_proj.weight"), vec![si, h], Fill::Rand { std: std_in(h) });
-                bf(format!("{sp}.down_proj.weight"), vec![h, si], Fill::Rand { std: gain * std_in(si) });
+                bf(
+                    format!("{sp}.gate_proj.weight"),
+                    vec![si, h],
+                    Fill::Rand { std: std_in(h) },
+                );
+                bf(
+                    format!("{sp}.up_proj.weight"),
+                    vec![si, h],
+                    Fill::Rand { std: std_in(h) },
+                );
+                bf(
+                    format!("{sp}.down_proj.weight"),
+                    vec![h, si],
+                    Fill::Rand {
+                        std: gain * std_in(si),
+                    },
+                );
             }
         }
         jobs
@@ -633,42 +804,105 @@ impl Gen {
         let (nh, nkv, hd) = (d.draft_heads, d.draft_kv_heads, d.draft_head_dim);
         let q = self.quality;
         let std_in = |n: usize| 1.0 / (n as f32).sqrt();
-        let bf = |name: &str, shape: Vec<usize>, fill: Fill| Job { plan: plan(name.into(), Dtype::BF16, shape), fill };
+        let bf = |name: &str, shape: Vec<usize>, fill: Fill| Job {
+            plan: plan(name.into(), Dtype::BF16, shape),
+            fill,
+        };
         vec![
-            bf("fc.weight", vec![h, 3 * h], Fill::Rand { std: std_in(3 * h) }),
+            bf(
+                "fc.weight",
+                vec![h, 3 * h],
+                Fill::Rand { std: std_in(3 * h) },
+            ),
             bf("midlayer.input_layernorm.weight", vec![h], Fill::Const(1.0)),
             bf("midlayer.hidden_norm.weight", vec![h], Fill::Const(1.0)),
-            bf("midlayer.self_attn.q_proj.weight", vec![nh * hd, 2 * h], Fill::DraftAttn(AttnPart::Q)),
-            bf("midlayer.self_attn.k_proj.weight", vec![nkv * hd, 2 * h], Fill::DraftAttn(AttnPart::K)),
-            bf("midlayer.self_attn.v_proj.weight", vec![nkv * hd, 2 * h], Fill::DraftAttn(AttnPart::V)),
-            bf("midlayer.self_attn.o_proj.weight", vec![h, nh * hd], Fill::DraftAttn(AttnPart::O)),
-            bf("midlayer.post_attention_layernorm.weight", vec![h], Fill::Const(1.0)),
-            bf("midlayer.mlp.gate_proj.weight", vec![d.draft_inter, h], Fill::Rand { std: std_in(h) }),
-            bf("midlayer.mlp.up_proj.weight", vec![d.draft_inter, h], Fill::Rand { std: std_in(h) }),
-            bf("midlayer.mlp.down_proj.weight", vec![h, d.draft_inter], Fill::Rand { std: 0.05 * std_in(d.draft_inter) }),
+            bf(
+                "midlayer.self_attn.q_proj.weight",
+                vec![nh * hd, 2 * h],
+                Fill::DraftAttn(AttnPart::Q),
+            ),
+            bf(
+                "midlayer.self_attn.k_proj.weight",
+                vec![nkv * hd, 2 * h],
+                Fill::DraftAttn(AttnPart::K),
+            ),
+            bf(
+                "midlayer.self_attn.v_proj.weight",
+                vec![nkv * hd, 2 * h],
+                Fill::DraftAttn(AttnPart::V),
+            ),
+            bf(
+                "midlayer.self_attn.o_proj.weight",
+                vec![h, nh * hd],
+                Fill::DraftAttn(AttnPart::O),
+            ),
+            bf(
+                "midlayer.post_attention_layernorm.weight",
+                vec![h],
+                Fill::Const(1.0),
+            ),
+            bf(
+                "midlayer.mlp.gate_proj.weight",
+                vec![d.draft_inter, h],
+                Fill::Rand { std: std_in(h) },
+            ),
+            bf(
+                "midlayer.mlp.up_proj.weight",
+                vec![d.draft_inter, h],
+                Fill::Rand { std: std_in(h) },
+            ),
+            bf(
+                "midlayer.mlp.down_proj.weight",
+                vec![h, d.draft_inter],
+                Fill::Rand {
+                    std: 0.05 * std_in(d.draft_inter),
+                },
+            ),
             bf("norm.weight", vec![h], Fill::Const(1.0)),
             Job {
                 plan: plan("lm_head.weight".into(), Dtype::BF16, vec![d.draft_vocab, h]),
-                fill: if q > 0.0 { Fill::DraftLmHead } else { Fill::Rand { std: self.lm_std() } },
+                fill: if q > 0.0 {
+                    Fill::DraftLmHead
+                } else {
+                    Fill::Rand { std: self.lm_std() }
+                },
             },
-            Job { plan: plan("d2t".into(), Dtype::I64, vec![d.draft_vocab]), fill: Fill::D2t },
-            Job { plan: plan("t2d".into(), Dtype::BOOL, vec![d.vocab]), fill: Fill::T2d },
+            Job {
+                plan: plan("d2t".into(), Dtype::I64, vec![d.draft_vocab]),
+                fill: Fill::D2t,
+            },
+            Job {
+                plan: plan("t2d".into(), Dtype::BOOL, vec![d.vocab]),
+                fill: Fill::T2d,
+            },
         ]
     }
 
     /// One row of a float tensor.
     fn float_row(&self, job: &Job, row: usize) -> Vec<f32> {
         let name = &job.plan.name;
-        let cols = if job.plan.shape.len() >= 2 { job.plan.shape[1] } else { job.plan.shape[0] };
+        let cols = if job.plan.shape.len() >= 2 {
+            job.plan.shape[1]
+        } else {
+            job.plan.shape[0]
+        };
         match &job.fill {
             Fill::Rand { std } => rand_row(self.seed, name, row, cols, *std),
             Fill::Const(c) => vec![*c; cols],
             Fill::DraftLmHead => {
                 // Each draft row is the target's row with probability `quality`, else noise:
                 // the draft's top-1 agrees with the target's about `quality` of the time.
-                let keep = rng_for(self.seed, "draft-row-kept", row as u64).random_range(0.0f32..1.0) < self.quality;
+                let keep = rng_for(self.seed, "draft-row-kept", row as u64)
+                    .random_range(0.0f32..1.0)
+                    < self.quality;
                 if keep {
-                    rand_row(self.seed, &self.lm_name(), self.d2t[row] as usize, cols, self.lm_std())
+                    rand_row(
+                        self.seed,
+                        &self.lm_name(),
+                        self.d2t[row] as usize,
+                        cols,
+                        self.lm_std(),
+                    )
                 } else {
                     rand_row(self.seed, name, row, cols, self.lm_std())
                 }
@@ -682,7 +916,11 @@ impl Gen {
     /// token embedding: q = k = c * [I | 0] on the embedding half, v = [I | -I], o = I.
     fn draft_attn_row(&self, part: AttnPart, row: usize, cols: usize) -> Vec<f32> {
         let h = self.d.hidden;
-        let (nh, nkv, hd) = (self.d.draft_heads, self.d.draft_kv_heads, self.d.draft_head_dim);
+        let (nh, nkv, hd) = (
+            self.d.draft_heads,
+            self.d.draft_kv_heads,
+            self.d.draft_head_dim,
+        );
         let mut v = vec![0f32; cols];
         let sharp = 3.0f32;
         match part {
@@ -724,7 +962,12 @@ impl Gen {
         v
     }
 
-    fn produce(&self, job: &Job, cache: &mut QuantCache, sink: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+    fn produce(
+        &self,
+        job: &Job,
+        cache: &mut QuantCache,
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
         let shape = &job.plan.shape;
         match &job.fill {
             Fill::Int4Packed { base, std } | Fill::Int4Scale { base, std } => {
@@ -747,7 +990,9 @@ impl Gen {
                     cache.key = base.clone();
                 }
                 let bytes: Vec<u8> = match &job.fill {
-                    Fill::Int4Packed { .. } => cache.packed.iter().flat_map(|w| w.to_le_bytes()).collect(),
+                    Fill::Int4Packed { .. } => {
+                        cache.packed.iter().flat_map(|w| w.to_le_bytes()).collect()
+                    }
                     _ => cache.scales.iter().flat_map(|w| w.to_le_bytes()).collect(),
                 };
                 sink(&bytes)
@@ -783,7 +1028,10 @@ impl Gen {
                     let row = self.float_row(job, r);
                     let b: Vec<u8> = match job.plan.dtype {
                         Dtype::F32 => row.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                        _ => row.iter().flat_map(|&x| f32_to_bf16(x).to_le_bytes()).collect(),
+                        _ => row
+                            .iter()
+                            .flat_map(|&x| f32_to_bf16(x).to_le_bytes())
+                            .collect(),
                     };
                     sink(&b)?;
                 }

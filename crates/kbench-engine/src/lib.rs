@@ -28,7 +28,10 @@ pub use backend::EngineBackend;
 pub use device::Device;
 pub use error::{EngineError, Result};
 pub use generate::{generate, GenerateOptions, GenerateResult};
-pub use init::{build_model, ensure_tiny_model, init_model, init_model_with, plan_checkpoint, Dims, InitOptions, Preset};
+pub use init::{
+    build_model, ensure_tiny_model, init_model, init_model_with, plan_checkpoint, Dims,
+    InitOptions, Preset,
+};
 pub use model::Model;
 pub use spec::SpecSettings;
 pub use trace::{random_prompts, record_trace, TraceOptions};

@@ -35,7 +35,11 @@ const ROWS_PER_TASK: usize = 16;
 
 impl Linear {
     pub fn bf16(out: usize, inp: usize, w: Slice<u16>) -> Linear {
-        Linear { out, inp, w: Weight::Bf16(w) }
+        Linear {
+            out,
+            inp,
+            w: Weight::Bf16(w),
+        }
     }
 
     /// Weight bytes read by one pass over the matrix.
@@ -59,7 +63,9 @@ impl Linear {
             rows_kernel(self, x, m, r0, rows, ychunk);
         };
         if self.out * self.inp >= PAR_THRESHOLD && rayon::current_num_threads() > 1 {
-            yt.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(work);
+            yt.par_chunks_mut(ROWS_PER_TASK * m)
+                .enumerate()
+                .for_each(work);
         } else {
             yt.chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(work);
         }
@@ -79,7 +85,10 @@ impl Linear {
 fn rows_kernel(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize, yt: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if lin.inp % 32 == 0 && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if lin.inp % 32 == 0
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
             // SAFETY: the CPU supports AVX2 and FMA (checked just above); slices are indexed
             // within bounds checked by the caller's shapes (inp % 32 == 0).
             unsafe { avx2::rows_kernel(lin, x, m, r0, rows, yt) };
@@ -125,7 +134,11 @@ fn rows_kernel_generic(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize
                     }
                 }
             }
-            Weight::Int4 { packed, scales, group } => {
+            Weight::Int4 {
+                packed,
+                scales,
+                group,
+            } => {
                 let group = *group;
                 let words = &packed.as_slice()[r * inp / 8..(r + 1) * inp / 8];
                 let sc = &scales.as_slice()[r * inp / group..(r + 1) * inp / group];
@@ -198,7 +211,14 @@ mod avx2 {
     const TILE: usize = 4;
 
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn rows_kernel(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize, yt: &mut [f32]) {
+    pub(super) unsafe fn rows_kernel(
+        lin: &Linear,
+        x: &[f32],
+        m: usize,
+        r0: usize,
+        rows: usize,
+        yt: &mut [f32],
+    ) {
         let inp = lin.inp;
         let full = inp / 32;
         let mut acc: Vec<[__m256; 4]> = vec![[_mm256_setzero_ps(); 4]; TILE * m];
@@ -223,22 +243,35 @@ mod avx2 {
                             let row = w.as_slice().as_ptr().add(r * inp + b * 32);
                             for (c, v) in wv[t].iter_mut().enumerate() {
                                 let h = _mm_loadu_si128(row.add(c * 8) as *const __m128i);
-                                *v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+                                *v = _mm256_castsi256_ps(_mm256_slli_epi32(
+                                    _mm256_cvtepu16_epi32(h),
+                                    16,
+                                ));
                             }
                         }
-                        Weight::Int4 { packed, scales, group } => {
+                        Weight::Int4 {
+                            packed,
+                            scales,
+                            group,
+                        } => {
                             let group = *group;
                             let si = if group == 32 { b } else { b * 32 / group };
                             let sc = scales.as_slice();
-                            sv[t] = _mm256_set1_ps(super::bf16_to_f32(*sc.get_unchecked(r * (inp / group) + si)));
+                            sv[t] = _mm256_set1_ps(super::bf16_to_f32(
+                                *sc.get_unchecked(r * (inp / group) + si),
+                            ));
                             // Word k holds columns 8k..8k+7, nibble j at bits 4j. Each lane
                             // shifts its own nibble down and ORs it into the mantissa of 2^23,
                             // so one subtraction of 2^23 + 8 yields q - 8 exactly: no shuffles.
-                            let wp = packed.as_slice().as_ptr().add(r * inp / 8 + b * 4) as *const i32;
+                            let wp =
+                                packed.as_slice().as_ptr().add(r * inp / 8 + b * 4) as *const i32;
                             for (k, v) in wv[t].iter_mut().enumerate() {
                                 let word = _mm256_set1_epi32(*wp.add(k));
                                 let q = _mm256_and_si256(_mm256_srlv_epi32(word, shifts), nibble);
-                                *v = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(q, two23)), two23_plus_8);
+                                *v = _mm256_sub_ps(
+                                    _mm256_castsi256_ps(_mm256_or_si256(q, two23)),
+                                    two23_plus_8,
+                                );
                             }
                         }
                     }
@@ -256,7 +289,11 @@ mod avx2 {
                     for t in 0..nt {
                         let g = block_dot(&wv[t], &xv);
                         let a = &mut acc[t * m + i][b % 4];
-                        *a = if int4 { _mm256_fmadd_ps(sv[t], g, *a) } else { _mm256_add_ps(*a, g) };
+                        *a = if int4 {
+                            _mm256_fmadd_ps(sv[t], g, *a)
+                        } else {
+                            _mm256_add_ps(*a, g)
+                        };
                     }
                 }
             }

@@ -69,7 +69,10 @@ impl Model {
 
 pub fn load_tokenizer(path: &Path) -> Result<tokenizers::Tokenizer> {
     if !path.exists() {
-        return Err(EngineError::Tokenizer(format!("{} does not exist", path.display())));
+        return Err(EngineError::Tokenizer(format!(
+            "{} does not exist",
+            path.display()
+        )));
     }
     tokenizers::Tokenizer::from_file(path)
         .map_err(|e| EngineError::Tokenizer(format!("{}: {e}", path.display())))

@@ -53,7 +53,13 @@ pub fn unpack_int4(packed: &[u32], out: usize, inp: usize) -> Vec<i8> {
 }
 
 /// Dequantises to f32 `[out, in]`.
-pub fn dequantize_int4(packed: &[u32], scales: &[u16], out: usize, inp: usize, group: usize) -> Vec<f32> {
+pub fn dequantize_int4(
+    packed: &[u32],
+    scales: &[u16],
+    out: usize,
+    inp: usize,
+    group: usize,
+) -> Vec<f32> {
     let q = unpack_int4(packed, out, inp);
     q.iter()
         .enumerate()
@@ -69,9 +75,9 @@ pub fn pack_int4(values: &[i8]) -> Vec<u32> {
     values
         .chunks_exact(8)
         .map(|c| {
-            c.iter()
-                .enumerate()
-                .fold(0u32, |w, (j, &q)| w | ((((q as i32) + 8) as u32 & 0xF) << (4 * j)))
+            c.iter().enumerate().fold(0u32, |w, (j, &q)| {
+                w | ((((q as i32) + 8) as u32 & 0xF) << (4 * j))
+            })
         })
         .collect()
 }

@@ -28,7 +28,9 @@ fn yarn_find_correction_dim(num_rotations: f64, dim: usize, base: f64, max_pos: 
 impl Rope {
     pub fn new(dim: usize, theta: f64, scaling: Option<&RopeScaling>, interleaved: bool) -> Rope {
         let half = dim / 2;
-        let pos_freqs: Vec<f64> = (0..half).map(|i| theta.powf((2 * i) as f64 / dim as f64)).collect();
+        let pos_freqs: Vec<f64> = (0..half)
+            .map(|i| theta.powf((2 * i) as f64 / dim as f64))
+            .collect();
         let mut inv_freq: Vec<f64> = pos_freqs.iter().map(|p| 1.0 / p).collect();
         let mut mscale = 1.0;
         if let Some(s) = scaling {
@@ -38,7 +40,9 @@ impl Rope {
                     let orig = s.original_max_position_embeddings.unwrap_or(4096) as f64;
                     let beta_fast = s.beta_fast.unwrap_or(32.0);
                     let beta_slow = s.beta_slow.unwrap_or(1.0);
-                    let low = yarn_find_correction_dim(beta_fast, dim, theta, orig).floor().max(0.0);
+                    let low = yarn_find_correction_dim(beta_fast, dim, theta, orig)
+                        .floor()
+                        .max(0.0);
                     let high = yarn_find_correction_dim(beta_slow, dim, theta, orig)
                         .ceil()
                         .min(dim as f64 - 1.0);
@@ -86,7 +90,11 @@ impl Rope {
     pub fn apply(&self, x: &mut [f32], cos: &[f32], sin: &[f32]) {
         let half = self.dim / 2;
         for i in 0..half {
-            let (a, b) = if self.interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
+            let (a, b) = if self.interleaved {
+                (2 * i, 2 * i + 1)
+            } else {
+                (i, i + half)
+            };
             let (x0, x1) = (x[a], x[b]);
             x[a] = x0 * cos[i] - x1 * sin[i];
             x[b] = x1 * cos[i] + x0 * sin[i];

@@ -10,8 +10,8 @@ use serde::Serialize;
 use kbench_core::spec::VerifyMethod;
 use kbench_core::tree::{DraftTree, TreeBuilder, TreeShape};
 use kbench_core::verify::{
-    sample_from, target_distribution, verify_exact, verify_greedy, verify_target_only, SamplingParams,
-    VerifyOutcome,
+    sample_from, target_distribution, verify_exact, verify_greedy, verify_target_only,
+    SamplingParams, VerifyOutcome,
 };
 
 use crate::draft::{Draft, DraftCache, DraftKv, DraftSegment};
@@ -30,7 +30,11 @@ pub struct SpecSettings {
 
 impl SpecSettings {
     pub fn shape(&self) -> Result<TreeShape> {
-        Ok(TreeShape::new(self.num_steps, self.eagle_topk, self.num_draft_tokens)?)
+        Ok(TreeShape::new(
+            self.num_steps,
+            self.eagle_topk,
+            self.num_draft_tokens,
+        )?)
     }
 }
 
@@ -58,7 +62,14 @@ pub struct Sequence {
 }
 
 impl Sequence {
-    pub fn new(id: u64, prompt: Vec<u32>, max_new: usize, temperature: f32, rng: ChaCha8Rng, target: &Target) -> Sequence {
+    pub fn new(
+        id: u64,
+        prompt: Vec<u32>,
+        max_new: usize,
+        temperature: f32,
+        rng: ChaCha8Rng,
+        target: &Target,
+    ) -> Sequence {
         Sequence {
             id,
             prompt_len: prompt.len(),
@@ -119,7 +130,10 @@ pub struct Models<'a> {
 pub fn prefill(m: &Models<'_>, seqs: &mut [&mut Sequence]) -> Result<()> {
     for s in seqs.iter() {
         if s.tokens.is_empty() {
-            return Err(EngineError::Invalid(format!("request {}: empty prompt", s.id)));
+            return Err(EngineError::Invalid(format!(
+                "request {}: empty prompt",
+                s.id
+            )));
         }
     }
     let outs = {
@@ -245,7 +259,8 @@ fn draft_choices(
             .into_iter()
             .map(|(i, pr)| (d.d2t[i], pr.clamp(0.0, 1.0)))
             .collect();
-        let q = (method == VerifyMethod::Exact).then(|| d.target_probs(logits, temperature, target_vocab));
+        let q = (method == VerifyMethod::Exact)
+            .then(|| d.target_probs(logits, temperature, target_vocab));
         (q, list)
     }
 }
@@ -253,7 +268,11 @@ fn draft_choices(
 /// One EAGLE-3 round for every sequence: `num_steps - 1` batched draft passes, tree
 /// selection, one tree-masked target verify pass, verification, KV commit of the accepted
 /// path, and one draft extend over the committed tokens. Returns each sequence's outcome.
-pub fn spec_round(m: &Models<'_>, seqs: &mut [&mut Sequence], cfg: &SpecSettings) -> Result<Vec<VerifyOutcome>> {
+pub fn spec_round(
+    m: &Models<'_>,
+    seqs: &mut [&mut Sequence],
+    cfg: &SpecSettings,
+) -> Result<Vec<VerifyOutcome>> {
     let d = m
         .draft
         .ok_or_else(|| EngineError::Invalid("speculative decoding needs a draft model".into()))?;
@@ -270,7 +289,10 @@ pub fn spec_round(m: &Models<'_>, seqs: &mut [&mut Sequence], cfg: &SpecSettings
     let mut root_q: Vec<Option<Vec<f32>>> = Vec::with_capacity(nseq);
     for s in seqs.iter_mut() {
         if s.root_logits.is_empty() {
-            return Err(EngineError::Invalid(format!("request {}: round before prefill", s.id)));
+            return Err(EngineError::Invalid(format!(
+                "request {}: round before prefill",
+                s.id
+            )));
         }
         let root = *s.tokens.last().expect("prefilled");
         let mut b = TreeBuilder::new(shape, root)?;
@@ -305,7 +327,9 @@ pub fn spec_round(m: &Models<'_>, seqs: &mut [&mut Sequence], cfg: &SpecSettings
                 let hidden_in = if path.len() == 1 {
                     seqs[si].root_aux.clone()
                 } else {
-                    cand_aux[si][path[path.len() - 2]].clone().expect("parent was fed")
+                    cand_aux[si][path[path.len() - 2]]
+                        .clone()
+                        .expect("parent was fed")
                 };
                 let cand = &b.candidates()[c];
                 segs.push(DraftSegment {
@@ -321,7 +345,8 @@ pub fn spec_round(m: &Models<'_>, seqs: &mut [&mut Sequence], cfg: &SpecSettings
         let mut lists: Vec<Vec<Vec<(u32, f32)>>> = vec![Vec::new(); nseq];
         for ((si, c), o) in work.into_iter().zip(outs) {
             let temp = seqs[si].temperature;
-            let (q, list) = draft_choices(d, &o.logits, k, cfg.verify, temp, vocab, &mut seqs[si].rng);
+            let (q, list) =
+                draft_choices(d, &o.logits, k, cfg.verify, temp, vocab, &mut seqs[si].rng);
             cand_q[si][c] = q;
             cand_aux[si][c] = Some(o.aux);
             cand_kv[si][c] = o.kv.into_iter().next();
@@ -331,7 +356,10 @@ pub fn spec_round(m: &Models<'_>, seqs: &mut [&mut Sequence], cfg: &SpecSettings
             b.expand(&l)?;
         }
     }
-    let trees: Vec<DraftTree> = builders.into_iter().map(|b| b.finish()).collect::<std::result::Result<_, _>>()?;
+    let trees: Vec<DraftTree> = builders
+        .into_iter()
+        .map(|b| b.finish())
+        .collect::<std::result::Result<_, _>>()?;
     // --- verify ---
     let outs = {
         let segs: Vec<Segment<'_>> = seqs
@@ -378,7 +406,11 @@ pub fn spec_round(m: &Models<'_>, seqs: &mut [&mut Sequence], cfg: &SpecSettings
                     .iter()
                     .map(|node| match node.candidate {
                         None => root_q[si].clone().unwrap_or_else(|| uniform.clone()),
-                        Some(c) => cand_q[si].get(c).cloned().flatten().unwrap_or_else(|| uniform.clone()),
+                        Some(c) => cand_q[si]
+                            .get(c)
+                            .cloned()
+                            .flatten()
+                            .unwrap_or_else(|| uniform.clone()),
                     })
                     .collect();
                 verify_exact(tree, &p, &q, &mut s.rng)?
@@ -423,7 +455,12 @@ pub fn spec_round(m: &Models<'_>, seqs: &mut [&mut Sequence], cfg: &SpecSettings
 
 fn target_probs(logits: &[f32], n: usize, vocab: usize, temperature: f32) -> Result<Vec<Vec<f32>>> {
     (0..n)
-        .map(|i| Ok(target_distribution(&logits[i * vocab..(i + 1) * vocab], &SamplingParams::temperature(temperature))?))
+        .map(|i| {
+            Ok(target_distribution(
+                &logits[i * vocab..(i + 1) * vocab],
+                &SamplingParams::temperature(temperature),
+            )?)
+        })
         .collect()
 }
 

@@ -296,7 +296,10 @@ impl WeightStore {
         match t.dtype {
             Dtype::BF16 => Ok(Slice::from_tensor(t)),
             Dtype::F16 | Dtype::F32 => Ok(Slice::from_vec(
-                self.f32s(name, shape)?.into_iter().map(f32_to_bf16).collect(),
+                self.f32s(name, shape)?
+                    .into_iter()
+                    .map(f32_to_bf16)
+                    .collect(),
             )),
             other => Err(EngineError::Dtype {
                 name: name.into(),
@@ -475,7 +478,11 @@ pub fn dtype_str(d: Dtype) -> &'static str {
 }
 
 /// Writes `model.safetensors.index.json` for shards: tensor name -> file name.
-pub fn write_index(dir: &Path, weight_map: &BTreeMap<String, String>, total_size: u64) -> Result<()> {
+pub fn write_index(
+    dir: &Path,
+    weight_map: &BTreeMap<String, String>,
+    total_size: u64,
+) -> Result<()> {
     let v = serde_json::json!({
         "metadata": {"total_size": total_size},
         "weight_map": weight_map,

@@ -13,7 +13,11 @@ use crate::st::{bf16_to_f32, Slice, WeightStore};
 
 #[derive(Debug, Clone)]
 enum QProj {
-    LowRank { a: Linear, norm: Vec<f32>, b: Linear },
+    LowRank {
+        a: Linear,
+        norm: Vec<f32>,
+        b: Linear,
+    },
     Full(Linear),
 }
 
@@ -161,7 +165,11 @@ pub struct Target {
 }
 
 fn lin(ws: &WeightStore, name: &str, out: usize, inp: usize) -> Result<Linear> {
-    Ok(Linear::bf16(out, inp, ws.bf16s(&format!("{name}.weight"), &[out, inp])?))
+    Ok(Linear::bf16(
+        out,
+        inp,
+        ws.bf16s(&format!("{name}.weight"), &[out, inp])?,
+    ))
 }
 
 /// A linear that is INT4 compressed-tensors when `name.weight_packed` exists, else BF16.
@@ -189,7 +197,11 @@ fn lin_q(ws: &WeightStore, name: &str, out: usize, inp: usize, group: usize) -> 
     Ok(Linear {
         out,
         inp,
-        w: Weight::Int4 { packed, scales, group },
+        w: Weight::Int4 {
+            packed,
+            scales,
+            group,
+        },
     })
 }
 
@@ -205,7 +217,10 @@ impl Target {
                 arch.model_type, arch.family
             )));
         }
-        let mla = arch.mla.as_ref().ok_or_else(|| EngineError::Unsupported("MLA dims missing".into()))?;
+        let mla = arch
+            .mla
+            .as_ref()
+            .ok_or_else(|| EngineError::Unsupported("MLA dims missing".into()))?;
         let h = arch.hidden_size as usize;
         let heads = arch.num_heads as usize;
         let (nope, rd, vd, rank) = (
@@ -216,7 +231,11 @@ impl Target {
         );
         let vocab = arch.vocab_size as usize;
         let p = &arch.tensor_prefix;
-        let group = arch.quant.as_ref().map(|q| q.group_size as usize).unwrap_or(32);
+        let group = arch
+            .quant
+            .as_ref()
+            .map(|q| q.group_size as usize)
+            .unwrap_or(32);
         let embed = ws.bf16s(&format!("{p}model.embed_tokens.weight"), &[vocab, h])?;
         let mut layers = Vec::with_capacity(arch.num_layers as usize);
         for l in 0..arch.num_layers {
@@ -226,7 +245,12 @@ impl Target {
                 Some(qr) => QProj::LowRank {
                     a: lin(ws, &format!("{a}.q_a_proj"), qr as usize, h)?,
                     norm: norm_w(ws, &format!("{a}.q_a_layernorm"), qr as usize)?,
-                    b: lin(ws, &format!("{a}.q_b_proj"), heads * (nope + rd), qr as usize)?,
+                    b: lin(
+                        ws,
+                        &format!("{a}.q_b_proj"),
+                        heads * (nope + rd),
+                        qr as usize,
+                    )?,
                 },
                 None => QProj::Full(lin(ws, &format!("{a}.q_proj"), heads * (nope + rd), h)?),
             };
@@ -234,11 +258,17 @@ impl Target {
                 q,
                 kv_a: lin(ws, &format!("{a}.kv_a_proj_with_mqa"), rank + rd, h)?,
                 kv_a_norm: norm_w(ws, &format!("{a}.kv_a_layernorm"), rank)?,
-                kv_b: ws.bf16s(&format!("{a}.kv_b_proj.weight"), &[heads * (nope + vd), rank])?,
+                kv_b: ws.bf16s(
+                    &format!("{a}.kv_b_proj.weight"),
+                    &[heads * (nope + vd), rank],
+                )?,
                 o: lin(ws, &format!("{a}.o_proj"), h, heads * vd)?,
             };
             let mlp = if arch.is_moe_layer(l) {
-                let d = arch.moe.clone().ok_or_else(|| EngineError::Unsupported("MoE dims missing".into()))?;
+                let d = arch
+                    .moe
+                    .clone()
+                    .ok_or_else(|| EngineError::Unsupported("MoE dims missing".into()))?;
                 let e = d.n_routed_experts as usize;
                 let mi = d.moe_intermediate_size as usize;
                 let mp = format!("{lp}.mlp");
@@ -273,7 +303,10 @@ impl Target {
                 } else {
                     None
                 };
-                if d.num_experts_per_tok as usize > e || d.n_group == 0 || e % d.n_group as usize != 0 {
+                if d.num_experts_per_tok as usize > e
+                    || d.n_group == 0
+                    || e % d.n_group as usize != 0
+                {
                     return Err(EngineError::ConfigMismatch(format!(
                         "router: {} experts per token, {} experts in {} groups",
                         d.num_experts_per_tok, e, d.n_group
@@ -329,7 +362,11 @@ impl Target {
             vdim: vd,
             rank,
             eps: arch.rms_norm_eps as f32,
-            capture_layers: arch.eagle3_capture_layer_outputs().iter().map(|&x| x as usize).collect(),
+            capture_layers: arch
+                .eagle3_capture_layer_outputs()
+                .iter()
+                .map(|&x| x as usize)
+                .collect(),
             arch: arch.clone(),
         })
     }
@@ -365,15 +402,22 @@ impl Target {
         let mut total = 0;
         for s in segs {
             if s.tokens.len() != s.positions.len() {
-                return Err(EngineError::Invalid("segment tokens and positions differ in length".into()));
+                return Err(EngineError::Invalid(
+                    "segment tokens and positions differ in length".into(),
+                ));
             }
             if let Attend::Tree(a) = &s.attend {
                 if a.len() != s.tokens.len() {
-                    return Err(EngineError::Invalid("tree mask size differs from the token count".into()));
+                    return Err(EngineError::Invalid(
+                        "tree mask size differs from the token count".into(),
+                    ));
                 }
             }
             if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= self.vocab) {
-                return Err(EngineError::Invalid(format!("token id {t} is outside the vocabulary of {}", self.vocab)));
+                return Err(EngineError::Invalid(format!(
+                    "token id {t} is outside the vocabulary of {}",
+                    self.vocab
+                )));
             }
             offsets.push(total);
             total += s.tokens.len();
@@ -391,12 +435,16 @@ impl Target {
             .flat_map(|s| s.positions.iter().map(|&p| self.rope.table(p)))
             .collect();
         let width = self.kv_width();
-        let mut kv_out: Vec<Vec<Vec<f32>>> = segs.iter().map(|_| Vec::with_capacity(self.layers.len())).collect();
+        let mut kv_out: Vec<Vec<Vec<f32>>> = segs
+            .iter()
+            .map(|_| Vec::with_capacity(self.layers.len()))
+            .collect();
         let ncap = self.capture_layers.len();
         let mut captured = vec![0f32; total * ncap * h];
         for (li, layer) in self.layers.iter().enumerate() {
             let hn = rms_norm_to(&x, &layer.in_norm, self.eps);
-            let (attn_out, kv) = self.attention(li, layer, &hn, total, &tables, segs, &offsets, mode);
+            let (attn_out, kv) =
+                self.attention(li, layer, &hn, total, &tables, segs, &offsets, mode);
             for (si, _) in segs.iter().enumerate() {
                 kv_out[si].push(kv[offsets[si] * width..offsets[si + 1] * width].to_vec());
             }
@@ -414,7 +462,8 @@ impl Target {
             for (ci, &cl) in self.capture_layers.iter().enumerate() {
                 if cl == li {
                     for t in 0..total {
-                        captured[(t * ncap + ci) * h..(t * ncap + ci + 1) * h].copy_from_slice(&x[t * h..(t + 1) * h]);
+                        captured[(t * ncap + ci) * h..(t * ncap + ci + 1) * h]
+                            .copy_from_slice(&x[t * h..(t + 1) * h]);
                     }
                 }
             }
@@ -464,7 +513,8 @@ impl Target {
         mode: MlaMode,
     ) -> (Vec<f32>, Vec<f32>) {
         let a = &layer.attn;
-        let (heads, nope, rd, vd, rank) = (self.heads, self.nope, self.rope_dim, self.vdim, self.rank);
+        let (heads, nope, rd, vd, rank) =
+            (self.heads, self.nope, self.rope_dim, self.vdim, self.rank);
         let qd = nope + rd;
         let mut q = match &a.q {
             QProj::LowRank { a: qa, norm, b } => {
@@ -515,7 +565,8 @@ impl Target {
             for hh in 0..heads {
                 let qh = &q[t * heads * qd + hh * qd..t * heads * qd + (hh + 1) * qd];
                 let wuk = |d: usize, r: usize| bf16_to_f32(kvb[(hh * (nope + vd) + d) * rank + r]);
-                let wuv = |d: usize, r: usize| bf16_to_f32(kvb[(hh * (nope + vd) + nope + d) * rank + r]);
+                let wuv =
+                    |d: usize, r: usize| bf16_to_f32(kvb[(hh * (nope + vd) + nope + d) * rank + r]);
                 match mode {
                     MlaMode::Absorbed => {
                         let mut qlat = vec![0f32; rank];
@@ -587,7 +638,9 @@ impl Target {
             }
             out
         };
-        let heavy = total * heads * (segs.iter().map(|s| s.cache.len).max().unwrap_or(0) + 8) * rank > (1 << 20);
+        let heavy =
+            total * heads * (segs.iter().map(|s| s.cache.len).max().unwrap_or(0) + 8) * rank
+                > (1 << 20);
         let per_token: Vec<Vec<f32>> = if heavy {
             (0..total).into_par_iter().map(compute).collect()
         } else {
@@ -634,7 +687,9 @@ impl Target {
                 .collect();
             for g in 0..ng {
                 if !keep.contains(&g) {
-                    masked[g * per..(g + 1) * per].iter_mut().for_each(|v| *v = f32::NEG_INFINITY);
+                    masked[g * per..(g + 1) * per]
+                        .iter_mut()
+                        .for_each(|v| *v = f32::NEG_INFINITY);
                 }
             }
         }
@@ -681,7 +736,8 @@ impl Target {
         let mut slots = vec![0f32; total * k * h];
         for (ex, y) in &outs {
             for (row, &(t, slot)) in by_expert[*ex].iter().enumerate() {
-                slots[(t * k + slot) * h..(t * k + slot + 1) * h].copy_from_slice(&y[row * h..(row + 1) * h]);
+                slots[(t * k + slot) * h..(t * k + slot + 1) * h]
+                    .copy_from_slice(&y[row * h..(row + 1) * h]);
             }
         }
         let mut out = vec![0f32; total * h];

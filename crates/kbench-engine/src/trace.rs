@@ -40,23 +40,35 @@ pub fn random_prompts(model: &Model, seed: u64, count: usize, len: usize) -> Vec
     (0..count as u64)
         .map(|id| {
             let mut rng = kbench_core::seed::rng_for(seed, "prompt", id);
-            (id, (0..len.max(1)).map(|_| rng.random_range(0..v)).collect())
+            (
+                id,
+                (0..len.max(1)).map(|_| rng.random_range(0..v)).collect(),
+            )
         })
         .collect()
 }
 
 /// Records a trace over `prompts` (id, token ids) with the model's target and draft.
-pub fn record_trace(model: &Model, prompts: &[(u64, Vec<u32>)], opts: &TraceOptions) -> Result<Trace> {
+pub fn record_trace(
+    model: &Model,
+    prompts: &[(u64, Vec<u32>)],
+    opts: &TraceOptions,
+) -> Result<Trace> {
     let draft = model
         .draft
         .as_ref()
         .ok_or_else(|| EngineError::Invalid("recording a trace needs a draft model".into()))?;
     let (dd, kk) = (opts.depth as usize, opts.topk as usize);
     if dd == 0 || kk == 0 || opts.max_new < 2 {
-        return Err(EngineError::Invalid("trace depth and topk must be >= 1 and max_new >= 2".into()));
+        return Err(EngineError::Invalid(
+            "trace depth and topk must be >= 1 and max_new >= 2".into(),
+        ));
     }
     if kk > draft.draft_vocab() {
-        return Err(EngineError::Invalid(format!("topk {kk} exceeds the draft vocabulary {}", draft.draft_vocab())));
+        return Err(EngineError::Invalid(format!(
+            "topk {kk} exceeds the draft vocabulary {}",
+            draft.draft_vocab()
+        )));
     }
     let target = &model.target;
     let mut params = serde_json::Map::new();
@@ -176,7 +188,10 @@ pub fn record_trace(model: &Model, prompts: &[(u64, Vec<u32>)], opts: &TraceOpti
                 let mut q = logits[p].clone();
                 softmax_inplace(&mut q);
                 let top = topk(&q, kk);
-                let rank = top.iter().position(|&(i, _)| draft.d2t[i] == want).unwrap_or(kk);
+                let rank = top
+                    .iter()
+                    .position(|&(i, _)| draft.d2t[i] == want)
+                    .unwrap_or(kk);
                 ranks[p * dd + d] = rank as u8;
                 for (j, &(_, pr)) in top.iter().enumerate() {
                     probs[(p * dd + d) * kk + j] = pr as f64;

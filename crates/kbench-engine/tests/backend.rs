@@ -98,7 +98,16 @@ fn shipped_engine_tiny_experiment_runs() {
     let levels = run_levels(&mut backend, &plan, &mut NoProgress).unwrap();
     for l in &levels {
         assert!(l.records.iter().all(|r| r.token_times_ns.len() == 32));
-        let (sum, n) = l.records.iter().filter(|r| !r.warmup).fold((0u32, 0usize), |(s, n), r| (s + r.round_commits.iter().sum::<u32>(), n + r.round_commits.len()));
+        let (sum, n) = l
+            .records
+            .iter()
+            .filter(|r| !r.warmup)
+            .fold((0u32, 0usize), |(s, n), r| {
+                (
+                    s + r.round_commits.iter().sum::<u32>(),
+                    n + r.round_commits.len(),
+                )
+            });
         let al = sum as f64 / n as f64;
         assert!(al > 1.5 && al <= 4.0, "accept length {al}");
     }

@@ -56,10 +56,17 @@ proptest! {
 #[test]
 fn tiny_preset_greedy_spec_matches_plain() {
     let model = common::tiny_model(7, 0.9);
-    let prompts: Vec<(u64, Vec<u32>)> = (0..4).map(|i| (i, common::prompt(i, 10 + i as usize, 256))).collect();
+    let prompts: Vec<(u64, Vec<u32>)> = (0..4)
+        .map(|i| (i, common::prompt(i, 10 + i as usize, 256)))
+        .collect();
     let plain = run_batch(&model, prompts.clone(), 40, 0.0, 0, None).unwrap();
     for (steps, topk, ndt) in [(3, 1, 4), (2, 1, 3), (5, 4, 8), (4, 2, 6)] {
-        let cfg = SpecSettings { num_steps: steps, eagle_topk: topk, num_draft_tokens: ndt, verify: VerifyMethod::Greedy };
+        let cfg = SpecSettings {
+            num_steps: steps,
+            eagle_topk: topk,
+            num_draft_tokens: ndt,
+            verify: VerifyMethod::Greedy,
+        };
         let spec = run_batch(&model, prompts.clone(), 40, 0.0, 0, Some(&cfg)).unwrap();
         for (p, s) in plain.iter().zip(&spec) {
             assert_eq!(p.output(), s.output());
@@ -70,17 +77,32 @@ fn tiny_preset_greedy_spec_matches_plain() {
 #[test]
 fn draft_quality_spans_acceptance() {
     // Accept length grows with draft quality: unrelated drafts ~1, faithful ones near the max.
-    let prompts: Vec<(u64, Vec<u32>)> = (0..4).map(|i| (i, common::prompt(100 + i, 12, 256))).collect();
-    let cfg = SpecSettings { num_steps: 3, eagle_topk: 1, num_draft_tokens: 4, verify: VerifyMethod::Greedy };
+    let prompts: Vec<(u64, Vec<u32>)> = (0..4)
+        .map(|i| (i, common::prompt(100 + i, 12, 256)))
+        .collect();
+    let cfg = SpecSettings {
+        num_steps: 3,
+        eagle_topk: 1,
+        num_draft_tokens: 4,
+        verify: VerifyMethod::Greedy,
+    };
     let mut prev = 0.0;
     let mut lens = Vec::new();
     for q in [0.0f32, 0.5, 1.0] {
         let model = common::tiny_model(3, q);
         let seqs = run_batch(&model, prompts.clone(), 48, 0.0, 0, Some(&cfg)).unwrap();
-        let (sum, n): (u32, usize) = seqs.iter().fold((0, 0), |(s, n), q| (s + q.round_commits.iter().sum::<u32>(), n + q.round_commits.len()));
+        let (sum, n): (u32, usize) = seqs.iter().fold((0, 0), |(s, n), q| {
+            (
+                s + q.round_commits.iter().sum::<u32>(),
+                n + q.round_commits.len(),
+            )
+        });
         let al = sum as f64 / n as f64;
         lens.push(al);
-        assert!(al >= prev - 0.05, "accept length fell from {prev} to {al} at quality {q}");
+        assert!(
+            al >= prev - 0.05,
+            "accept length fell from {prev} to {al} at quality {q}"
+        );
         prev = al;
     }
     assert!(lens[0] < 1.5, "{lens:?}");

@@ -38,7 +38,9 @@ fn int4_quantisation_matches_compressed_tensors_layout() {
     // +absmax to 7 steps when the BF16 scale rounded down).
     let mut rng = kbench_core::seed::rng_for(1, "q", 0);
     let (out, inp) = (8, 64);
-    let w: Vec<f32> = (0..out * inp).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let w: Vec<f32> = (0..out * inp)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
     let (p, s) = quantize_int4(&w, out, inp, 32);
     let d = dequantize_int4(&p, &s, out, inp, 32);
     for r in 0..out {
@@ -48,13 +50,27 @@ fn int4_quantisation_matches_compressed_tensors_layout() {
         }
     }
     // The INT4 kernel equals a plain matmul over the dequantised weights.
-    let lin = Linear { out, inp, w: Weight::Int4 { packed: Slice::from_vec(p), scales: Slice::from_vec(s), group: 32 } };
-    let x: Vec<f32> = (0..3 * inp).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let lin = Linear {
+        out,
+        inp,
+        w: Weight::Int4 {
+            packed: Slice::from_vec(p),
+            scales: Slice::from_vec(s),
+            group: 32,
+        },
+    };
+    let x: Vec<f32> = (0..3 * inp)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
     let y = lin.forward(&x, 3);
     for m in 0..3 {
         for r in 0..out {
             let want: f32 = (0..inp).map(|c| d[r * inp + c] * x[m * inp + c]).sum();
-            assert!((y[m * out + r] - want).abs() < 1e-4, "{} vs {want}", y[m * out + r]);
+            assert!(
+                (y[m * out + r] - want).abs() < 1e-4,
+                "{} vs {want}",
+                y[m * out + r]
+            );
         }
     }
 }
@@ -64,13 +80,29 @@ fn matmul_rows_do_not_depend_on_batch_size() {
     // inp 100 takes the portable kernel, 96 and 2048 the SIMD one where the CPU has it.
     for (out, inp) in [(40usize, 100usize), (40, 96), (24, 2048)] {
         let mut rng = kbench_core::seed::rng_for(2, "m", inp as u64);
-        let wf: Vec<f32> = (0..out * inp).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-        let mut lins = vec![Linear::bf16(out, inp, Slice::from_vec(wf.iter().map(|&v| f32_to_bf16(v)).collect()))];
+        let wf: Vec<f32> = (0..out * inp)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        let mut lins = vec![Linear::bf16(
+            out,
+            inp,
+            Slice::from_vec(wf.iter().map(|&v| f32_to_bf16(v)).collect()),
+        )];
         if inp % 32 == 0 {
             let (p, s) = quantize_int4(&wf, out, inp, 32);
-            lins.push(Linear { out, inp, w: Weight::Int4 { packed: Slice::from_vec(p), scales: Slice::from_vec(s), group: 32 } });
+            lins.push(Linear {
+                out,
+                inp,
+                w: Weight::Int4 {
+                    packed: Slice::from_vec(p),
+                    scales: Slice::from_vec(s),
+                    group: 32,
+                },
+            });
         }
-        let x: Vec<f32> = (0..9 * inp).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let x: Vec<f32> = (0..9 * inp)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
         for lin in &lins {
             let all = lin.forward(&x, 9);
             for m in 0..9 {
@@ -90,18 +122,43 @@ fn mla_absorbed_equals_naive() {
     let t = &model.target;
     let p = common::prompt(5, 9, t.vocab);
     let cache = t.new_cache();
-    let seg = |c| Segment { cache: c, tokens: p.clone(), positions: (0..9).collect(), attend: Attend::Causal, all_logits: true };
+    let seg = |c| Segment {
+        cache: c,
+        tokens: p.clone(),
+        positions: (0..9).collect(),
+        attend: Attend::Causal,
+        all_logits: true,
+    };
     let a = t.forward_mode(&[seg(&cache)], MlaMode::Absorbed).unwrap();
     let n = t.forward_mode(&[seg(&cache)], MlaMode::Naive).unwrap();
-    let max_diff = a[0].logits.iter().zip(&n[0].logits).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-    assert!(max_diff < 1e-3, "absorbed vs naive logits differ by {max_diff}");
+    let max_diff = a[0]
+        .logits
+        .iter()
+        .zip(&n[0].logits)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        max_diff < 1e-3,
+        "absorbed vs naive logits differ by {max_diff}"
+    );
     // And with a populated cache (decode over the latent cache).
     let mut cache = t.new_cache();
     a[0].commit(&mut cache, &(0..9).collect::<Vec<_>>(), t.kv_width());
-    let dseg = |c| Segment { cache: c, tokens: vec![3, 4], positions: vec![9, 10], attend: Attend::Causal, all_logits: true };
+    let dseg = |c| Segment {
+        cache: c,
+        tokens: vec![3, 4],
+        positions: vec![9, 10],
+        attend: Attend::Causal,
+        all_logits: true,
+    };
     let a2 = t.forward_mode(&[dseg(&cache)], MlaMode::Absorbed).unwrap();
     let n2 = t.forward_mode(&[dseg(&cache)], MlaMode::Naive).unwrap();
-    let d2 = a2[0].logits.iter().zip(&n2[0].logits).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let d2 = a2[0]
+        .logits
+        .iter()
+        .zip(&n2[0].logits)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
     assert!(d2 < 1e-3, "decode: absorbed vs naive differ by {d2}");
 }
 
@@ -112,17 +169,45 @@ fn tree_verify_logits_equal_sequential_decode() {
     let t = &model.target;
     let p = common::prompt(6, 8, t.vocab);
     let mut cache = t.new_cache();
-    let pre = t.forward(&[Segment { cache: &cache, tokens: p.clone(), positions: (0..8).collect(), attend: Attend::Causal, all_logits: true }]).unwrap();
+    let pre = t
+        .forward(&[Segment {
+            cache: &cache,
+            tokens: p.clone(),
+            positions: (0..8).collect(),
+            attend: Attend::Causal,
+            all_logits: true,
+        }])
+        .unwrap();
     pre[0].commit(&mut cache, &(0..8).collect::<Vec<_>>(), t.kv_width());
     // Tree: root 10, children 20 and 30; 30 has child 40.
     let tokens = vec![10, 20, 30, 40];
     let anc = vec![vec![0], vec![0, 1], vec![0, 2], vec![0, 2, 3]];
-    let tree = t.forward(&[Segment { cache: &cache, tokens, positions: vec![8, 9, 9, 10], attend: Attend::Tree(anc), all_logits: true }]).unwrap();
+    let tree = t
+        .forward(&[Segment {
+            cache: &cache,
+            tokens,
+            positions: vec![8, 9, 9, 10],
+            attend: Attend::Tree(anc),
+            all_logits: true,
+        }])
+        .unwrap();
     let v = t.vocab;
     let mut c2 = cache.clone();
     for (i, (tok, node)) in [(10u32, 0usize), (30, 2), (40, 3)].into_iter().enumerate() {
-        let o = t.forward(&[Segment { cache: &c2, tokens: vec![tok], positions: vec![8 + i as u32], attend: Attend::Causal, all_logits: true }]).unwrap();
-        assert_eq!(&o[0].logits[..], &tree[0].logits[node * v..(node + 1) * v], "node {node}");
+        let o = t
+            .forward(&[Segment {
+                cache: &c2,
+                tokens: vec![tok],
+                positions: vec![8 + i as u32],
+                attend: Attend::Causal,
+                all_logits: true,
+            }])
+            .unwrap();
+        assert_eq!(
+            &o[0].logits[..],
+            &tree[0].logits[node * v..(node + 1) * v],
+            "node {node}"
+        );
         o[0].commit(&mut c2, &[0], t.kv_width());
     }
 }
@@ -130,13 +215,32 @@ fn tree_verify_logits_equal_sequential_decode() {
 #[test]
 fn batching_does_not_change_tokens() {
     let model = common::tiny_model(13, 0.7);
-    let prompts: Vec<(u64, Vec<u32>)> = (0..5).map(|i| (i, common::prompt(50 + i, 5 + 3 * i as usize, 256))).collect();
-    for (temp, method) in [(0.0, VerifyMethod::Greedy), (0.8, VerifyMethod::TargetOnly), (0.8, VerifyMethod::Exact)] {
-        for spec in [None, Some(SpecSettings { num_steps: 3, eagle_topk: 2, num_draft_tokens: 5, verify: method })] {
+    let prompts: Vec<(u64, Vec<u32>)> = (0..5)
+        .map(|i| (i, common::prompt(50 + i, 5 + 3 * i as usize, 256)))
+        .collect();
+    for (temp, method) in [
+        (0.0, VerifyMethod::Greedy),
+        (0.8, VerifyMethod::TargetOnly),
+        (0.8, VerifyMethod::Exact),
+    ] {
+        for spec in [
+            None,
+            Some(SpecSettings {
+                num_steps: 3,
+                eagle_topk: 2,
+                num_draft_tokens: 5,
+                verify: method,
+            }),
+        ] {
             let together = run_batch(&model, prompts.clone(), 20, temp, 9, spec.as_ref()).unwrap();
             for (i, p) in prompts.iter().enumerate() {
                 let alone = run_batch(&model, vec![p.clone()], 20, temp, 9, spec.as_ref()).unwrap();
-                assert_eq!(together[i].output(), alone[0].output(), "request {i}, {method:?}, spec {}", spec.is_some());
+                assert_eq!(
+                    together[i].output(),
+                    alone[0].output(),
+                    "request {i}, {method:?}, spec {}",
+                    spec.is_some()
+                );
                 assert_eq!(together[i].round_commits, alone[0].round_commits);
             }
         }
@@ -177,12 +281,27 @@ fn first_token_distribution(method: VerifyMethod, topk: u32, steps: u32) {
     // The target's distribution at the root (after the committed prefix).
     let root = *base.tokens.last().unwrap();
     let o = t
-        .forward(&[Segment { cache: &base.tcache, tokens: vec![root], positions: vec![base.tokens.len() as u32 - 1], attend: Attend::Causal, all_logits: true }])
+        .forward(&[Segment {
+            cache: &base.tcache,
+            tokens: vec![root],
+            positions: vec![base.tokens.len() as u32 - 1],
+            attend: Attend::Causal,
+            all_logits: true,
+        }])
         .unwrap();
     let p = target_distribution(&o[0].logits, &SamplingParams::temperature(temp)).unwrap();
-    let ndt = if topk == 1 { steps + 1 } else { topk * steps + 1 };
+    let ndt = if topk == 1 {
+        steps + 1
+    } else {
+        topk * steps + 1
+    };
     TreeShape::new(steps, topk, ndt).unwrap();
-    let cfg = SpecSettings { num_steps: steps, eagle_topk: topk, num_draft_tokens: ndt, verify: method };
+    let cfg = SpecSettings {
+        num_steps: steps,
+        eagle_topk: topk,
+        num_draft_tokens: ndt,
+        verify: method,
+    };
     let n = 3000u64;
     let mut counts = vec![0u64; 64];
     for trial in 0..n {
@@ -194,7 +313,10 @@ fn first_token_distribution(method: VerifyMethod, topk: u32, steps: u32) {
     let (stat, dof) = chi_square(&counts, &p, n);
     // 99.9% quantile of chi-square is below dof + 3.3 sqrt(2 dof) + 10 for these sizes.
     let limit = dof as f64 + 3.3 * (2.0 * dof as f64).sqrt() + 10.0;
-    assert!(stat < limit, "{method:?} topk {topk}: chi-square {stat:.1} with {dof} dof exceeds {limit:.1}");
+    assert!(
+        stat < limit,
+        "{method:?} topk {topk}: chi-square {stat:.1} with {dof} dof exceeds {limit:.1}"
+    );
 }
 
 #[test]
@@ -212,11 +334,29 @@ fn chain_trace_replay_reproduces_engine_accept_lengths() {
     use kbench_core::trace::{replay_commit, OffPath, ProbEncoding};
     use kbench_engine::trace::{record_trace, TraceOptions};
     let model = common::tiny_model(31, 0.8);
-    let prompts: Vec<(u64, Vec<u32>)> = (0..3).map(|i| (i, common::prompt(300 + i, 8, 256))).collect();
+    let prompts: Vec<(u64, Vec<u32>)> = (0..3)
+        .map(|i| (i, common::prompt(300 + i, 8, 256)))
+        .collect();
     let max_new = 40;
-    let trace = record_trace(&model, &prompts, &TraceOptions { depth: 5, topk: 4, max_new, dataset: "test".into(), prob_encoding: ProbEncoding::Linear16 }).unwrap();
+    let trace = record_trace(
+        &model,
+        &prompts,
+        &TraceOptions {
+            depth: 5,
+            topk: 4,
+            max_new,
+            dataset: "test".into(),
+            prob_encoding: ProbEncoding::Linear16,
+        },
+    )
+    .unwrap();
     for steps in 1..=5u32 {
-        let cfg = SpecSettings { num_steps: steps, eagle_topk: 1, num_draft_tokens: steps + 1, verify: VerifyMethod::Greedy };
+        let cfg = SpecSettings {
+            num_steps: steps,
+            eagle_topk: 1,
+            num_draft_tokens: steps + 1,
+            verify: VerifyMethod::Greedy,
+        };
         let seqs = run_batch(&model, prompts.clone(), max_new, 0.0, 0, Some(&cfg)).unwrap();
         let shape = TreeShape::chain(steps).unwrap();
         for (si, s) in seqs.iter().enumerate() {
@@ -241,15 +381,34 @@ fn tree_trace_replay_error_vs_engine() {
     let max_new = 64;
     for quality in [0.6f32, 0.9] {
         let model = common::tiny_model(41, quality);
-        let prompts: Vec<(u64, Vec<u32>)> = (0..6).map(|i| (i, common::prompt(400 + i, 10, 256))).collect();
-        let trace = record_trace(&model, &prompts, &TraceOptions { depth: 5, topk: 4, max_new, dataset: "test".into(), prob_encoding: ProbEncoding::Linear16 }).unwrap();
+        let prompts: Vec<(u64, Vec<u32>)> = (0..6)
+            .map(|i| (i, common::prompt(400 + i, 10, 256)))
+            .collect();
+        let trace = record_trace(
+            &model,
+            &prompts,
+            &TraceOptions {
+                depth: 5,
+                topk: 4,
+                max_new,
+                dataset: "test".into(),
+                prob_encoding: ProbEncoding::Linear16,
+            },
+        )
+        .unwrap();
         for (steps, topk, ndt) in [(3u32, 2u32, 4u32), (3, 4, 8), (5, 4, 8), (4, 2, 6)] {
-            let cfg = SpecSettings { num_steps: steps, eagle_topk: topk, num_draft_tokens: ndt, verify: VerifyMethod::Greedy };
+            let cfg = SpecSettings {
+                num_steps: steps,
+                eagle_topk: topk,
+                num_draft_tokens: ndt,
+                verify: VerifyMethod::Greedy,
+            };
             let shape = TreeShape::new(steps, topk, ndt).unwrap();
             let seqs = run_batch(&model, prompts.clone(), max_new, 0.0, 0, Some(&cfg)).unwrap();
             let mut line = format!("quality {quality} ({steps},{topk},{ndt}):");
             for off in [OffPath::Proxy, OffPath::Optimistic, OffPath::Pessimistic] {
-                let (mut n, mut exact, mut abs, mut eng, mut rep) = (0usize, 0usize, 0i64, 0u64, 0u64);
+                let (mut n, mut exact, mut abs, mut eng, mut rep) =
+                    (0usize, 0usize, 0i64, 0u64, 0u64);
                 for (si, s) in seqs.iter().enumerate() {
                     let mut pos = 1usize;
                     for &c in &s.round_commits {

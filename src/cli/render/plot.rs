@@ -33,7 +33,9 @@ pub fn throughput_svg(reports: &[Report]) -> String {
         })
         .fold(1.0f64, f64::max);
     let y_max = nice_ceiling(y_max_data * 1.05);
-    let x = |c: f64| LEFT + (c.log2() - c_min.log2()) / (c_max.log2() - c_min.log2()) * (W - LEFT - RIGHT);
+    let x = |c: f64| {
+        LEFT + (c.log2() - c_min.log2()) / (c_max.log2() - c_min.log2()) * (W - LEFT - RIGHT)
+    };
     let y = |v: f64| H - BOTTOM - v / y_max * (H - TOP - BOTTOM);
 
     let mut s = String::new();
@@ -42,7 +44,10 @@ pub fn throughput_svg(reports: &[Report]) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let title = esc(&reports.first().map(|r| r.experiment.name.clone()).unwrap_or_default());
+    let title = esc(&reports
+        .first()
+        .map(|r| r.experiment.name.clone())
+        .unwrap_or_default());
     let _ = writeln!(
         s,
         r#"<text x="{LEFT}" y="24" font-size="15">{title}: output throughput vs concurrency</text>"#
@@ -86,7 +91,13 @@ pub fn throughput_svg(reports: &[Report]) -> String {
         let points: Vec<String> = r
             .levels
             .iter()
-            .map(|m| format!("{:.1},{:.1}", x(m.concurrency as f64), y(m.output_throughput)))
+            .map(|m| {
+                format!(
+                    "{:.1},{:.1}",
+                    x(m.concurrency as f64),
+                    y(m.output_throughput)
+                )
+            })
             .collect();
         let _ = writeln!(
             s,
@@ -101,12 +112,11 @@ pub fn throughput_svg(reports: &[Report]) -> String {
                 y(m.output_throughput)
             );
         }
-        let name = esc(
-            &r.experiment
-                .variant
-                .clone()
-                .unwrap_or_else(|| format!("{} ({})", r.experiment.name, r.backend.name)),
-        );
+        let name = esc(&r
+            .experiment
+            .variant
+            .clone()
+            .unwrap_or_else(|| format!("{} ({})", r.experiment.name, r.backend.name)));
         let ly = TOP + 16.0 * i as f64;
         let _ = writeln!(
             s,
@@ -161,5 +171,7 @@ fn nice_ceiling(v: f64) -> f64 {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }

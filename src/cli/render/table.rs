@@ -5,8 +5,19 @@ use std::io::{self, Write};
 use kbench_core::report::Report;
 
 const HEADER: [&str; 13] = [
-    "C", "done", "out tok/s", "req tok/s", "accept", "TTFT p50", "TTFT p99", "TPOT p50",
-    "TPOT p99", "ITL p50", "ITL p99", "E2E p50", "dur s",
+    "C",
+    "done",
+    "out tok/s",
+    "req tok/s",
+    "accept",
+    "TTFT p50",
+    "TTFT p99",
+    "TPOT p50",
+    "TPOT p99",
+    "ITL p50",
+    "ITL p99",
+    "E2E p50",
+    "dur s",
 ];
 
 pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
@@ -26,7 +37,11 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
             s.num_steps,
             s.eagle_topk,
             s.num_draft_tokens,
-            if s.spec_v2 { "spec v2 (overlap)" } else { "spec v1" }
+            if s.spec_v2 {
+                "spec v2 (overlap)"
+            } else {
+                "spec v1"
+            }
         )
     };
     writeln!(
@@ -54,7 +69,9 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
             m.completed.to_string(),
             format!("{:.1}", m.output_throughput),
             format!("{:.1}", m.per_request_output_throughput),
-            m.accept_length.map(|a| format!("{a:.2}")).unwrap_or_else(|| "-".into()),
+            m.accept_length
+                .map(|a| format!("{a:.2}"))
+                .unwrap_or_else(|| "-".into()),
             ms(m.median_ttft_ms),
             ms(m.p99_ttft_ms),
             ms(m.median_tpot_ms),
@@ -73,7 +90,12 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
     )?;
     if let Some(reference) = &r.reference {
         writeln!(out, "   reference: {}", reference.source)?;
-        let w = reference.points.iter().map(|p| p.label.len()).max().unwrap_or(0);
+        let w = reference
+            .points
+            .iter()
+            .map(|p| p.label.len())
+            .max()
+            .unwrap_or(0);
         for p in &reference.points {
             let approx = if p.approximate { "~" } else { "" };
             match (p.predicted, p.error_pct) {
@@ -120,7 +142,9 @@ pub fn write_sweep_summary(out: &mut dyn Write, reports: &[Report]) -> io::Resul
             s.num_steps.to_string(),
             s.eagle_topk.to_string(),
             s.num_draft_tokens.to_string(),
-            first.map(|m| format!("{:.1}", m.output_throughput)).unwrap_or_default(),
+            first
+                .map(|m| format!("{:.1}", m.output_throughput))
+                .unwrap_or_default(),
             first
                 .and_then(|m| m.accept_length)
                 .map(|a| format!("{a:.2}"))

@@ -79,7 +79,8 @@ fn variant_files_str(
 ) -> Result<Vec<(Option<String>, ExperimentFile)>, SpecError> {
     // Deserializing the text directly (not a Value) keeps spans for schema errors.
     let _: ExperimentFile = toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
-    let mut table: toml::Table = toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
+    let mut table: toml::Table =
+        toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
     for assignment in overrides {
         apply_override(&mut table, assignment)?;
     }
@@ -164,7 +165,9 @@ fn name_override_section(e: SpecError, overrides: &[String]) -> SpecError {
 fn from_toml_error(e: toml::de::Error, text: &str, path: &Path) -> SpecError {
     let span = e.span().map(|r| span_at(text, r));
     let message = e.message().to_string();
-    if message.contains("unknown field") || message.starts_with("missing field") || is_type_error(&message)
+    if message.contains("unknown field")
+        || message.starts_with("missing field")
+        || is_type_error(&message)
     {
         let section = e.span().map(|r| table_header_before(text, r.start));
         return match schema_error(&message, path, span) {
@@ -199,7 +202,9 @@ fn from_toml_error(e: toml::de::Error, text: &str, path: &Path) -> SpecError {
 }
 
 fn is_type_error(m: &str) -> bool {
-    m.starts_with("invalid type") || m.starts_with("invalid value") || m.starts_with("unknown variant")
+    m.starts_with("invalid type")
+        || m.starts_with("invalid value")
+        || m.starts_with("unknown variant")
 }
 
 /// Turns serde's "unknown field `x`, expected one of `a`, `b`" into a suggestion.
@@ -284,12 +289,7 @@ fn set_dotted(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         cur = match entry {
             toml::Value::Table(t) => t,
-            _ => {
-                return Err(format!(
-                    "`{}` is not a table",
-                    parts[..=i].join(".")
-                ))
-            }
+            _ => return Err(format!("`{}` is not a table", parts[..=i].join("."))),
         };
     }
     cur.insert(last.to_string(), value);

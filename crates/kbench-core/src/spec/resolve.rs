@@ -72,10 +72,13 @@ pub(crate) fn resolve(
     };
 
     let model = match (&file.model.preset, &file.model.config) {
-        (Some(p), None) => ModelArch::preset(p).map_err(|e| arch_err("[model] preset".into(), e))?,
+        (Some(p), None) => {
+            ModelArch::preset(p).map_err(|e| arch_err("[model] preset".into(), e))?
+        }
         (None, Some(c)) => {
             let cfg = base_dir.join(c);
-            ModelArch::from_config_file(&cfg).map_err(|e| arch_err(format!("[model] config {c}"), e))?
+            ModelArch::from_config_file(&cfg)
+                .map_err(|e| arch_err(format!("[model] config {c}"), e))?
         }
         _ => {
             return Err(invalid(
@@ -89,13 +92,11 @@ pub(crate) fn resolve(
     let hardware = match (&file.hardware.preset, &file.hardware.profile) {
         (Some(p), None) => HardwareRef::Preset(p.clone()),
         (None, Some(p)) => HardwareRef::Profile(base_dir.join(p)),
-        _ => {
-            return Err(invalid(
-                "hardware",
-                "[hardware] needs exactly one of `preset` or `profile`".into(),
-                "write `preset = \"8x-rtx-pro-6000-server\"` or `profile = \"hardware/my-gpu.toml\"`",
-            ))
-        }
+        _ => return Err(invalid(
+            "hardware",
+            "[hardware] needs exactly one of `preset` or `profile`".into(),
+            "write `preset = \"8x-rtx-pro-6000-server\"` or `profile = \"hardware/my-gpu.toml\"`",
+        )),
     };
 
     let spec = validate_speculative(&file.speculative).map_err(|v| SpecError::Invalid {
@@ -191,12 +192,19 @@ pub(crate) fn resolve(
 
     let s = &file.server;
     if s.tp_size == 0 {
-        return Err(invalid("server.tp_size", "tp_size must be at least 1".into(), "set tp_size = 1 or more"));
+        return Err(invalid(
+            "server.tp_size",
+            "tp_size must be at least 1".into(),
+            "set tp_size = 1 or more",
+        ));
     }
     if model.num_heads % s.tp_size != 0 {
         return Err(invalid(
             "server.tp_size",
-            format!("{} attention heads do not split over tp_size {}", model.num_heads, s.tp_size),
+            format!(
+                "{} attention heads do not split over tp_size {}",
+                model.num_heads, s.tp_size
+            ),
             "use a tp_size that divides the number of attention heads",
         ));
     }
@@ -249,7 +257,11 @@ pub(crate) fn resolve(
     }
     let positive = |v: i64, key: &'static str| -> Result<u32, SpecError> {
         if v <= 0 || v > u32::MAX as i64 {
-            Err(invalid(key, format!("{key} = {v} is not a positive count"), "use 1 or more"))
+            Err(invalid(
+                key,
+                format!("{key} = {v} is not a positive count"),
+                "use 1 or more",
+            ))
         } else {
             Ok(v as u32)
         }
@@ -264,7 +276,11 @@ pub(crate) fn resolve(
     }
     let w = &file.workload;
     if w.max_tokens == 0 {
-        return Err(invalid("workload.max_tokens", "max_tokens = 0 generates nothing".into(), "use 1 or more"));
+        return Err(invalid(
+            "workload.max_tokens",
+            "max_tokens = 0 generates nothing".into(),
+            "use 1 or more",
+        ));
     }
     let input_len = match (w.input_len, w.input_len_range) {
         (Some(n), None) if n > 0 => (n, n),
@@ -279,7 +295,8 @@ pub(crate) fn resolve(
         _ => {
             return Err(invalid(
                 "workload.input_len",
-                "give one of input_len (>= 1) or input_len_range = [lo, hi] with 1 <= lo <= hi".into(),
+                "give one of input_len (>= 1) or input_len_range = [lo, hi] with 1 <= lo <= hi"
+                    .into(),
                 "e.g. input_len = 512",
             ))
         }
@@ -291,13 +308,19 @@ pub(crate) fn resolve(
                 return Err(invalid(
                     "reference.points.metric",
                     format!("unknown metric `{}`", p.metric),
-                    &format!("use one of: {}", crate::report::REFERENCE_METRICS.join(", ")),
+                    &format!(
+                        "use one of: {}",
+                        crate::report::REFERENCE_METRICS.join(", ")
+                    ),
                 ));
             }
             if p.metric != "saturation_output_throughput" && p.concurrency.is_none() {
                 return Err(invalid(
                     "reference.points.concurrency",
-                    format!("reference point `{}` needs the concurrency it was measured at", p.metric),
+                    format!(
+                        "reference point `{}` needs the concurrency it was measured at",
+                        p.metric
+                    ),
                     "add `concurrency = N` to the point",
                 ));
             }

@@ -84,18 +84,17 @@ fn violation(rule: &'static str, message: String, fix: impl Into<String>) -> Rul
 /// Applies SGLang's rules; `allow_unsupported` turns the ones kbench can still simulate
 /// (v2 with trees) into recorded notes instead of errors.
 pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleViolation> {
-    let verify = match s.verify.as_deref() {
-        None | Some("greedy") => VerifyMethod::Greedy,
-        Some("target_only") => VerifyMethod::TargetOnly,
-        Some("exact") => VerifyMethod::Exact,
-        Some(other) => {
-            return Err(violation(
+    let verify =
+        match s.verify.as_deref() {
+            None | Some("greedy") => VerifyMethod::Greedy,
+            Some("target_only") => VerifyMethod::TargetOnly,
+            Some("exact") => VerifyMethod::Exact,
+            Some(other) => return Err(violation(
                 "speculative.verify",
                 format!("unknown verification method `{other}`"),
                 "use \"greedy\", \"target_only\" (SGLang's tree sampling) or \"exact\" (lossless)",
-            ))
-        }
-    };
+            )),
+        };
     if s.algorithm == Algorithm::None {
         let set: Vec<&str> = [
             ("num_steps", s.num_steps.is_some()),

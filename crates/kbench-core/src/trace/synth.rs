@@ -150,9 +150,7 @@ pub fn synth(params: &SynthParams) -> Result<Trace, TraceError> {
     // Rank distribution after a top-1 miss: ranks 1..K-1 geometric, K = outside top-K.
     let mut rank_cdf = Vec::with_capacity(k);
     {
-        let weights: Vec<f64> = (1..k)
-            .map(|j| pow(params.sibling_decay, j - 1))
-            .collect();
+        let weights: Vec<f64> = (1..k).map(|j| pow(params.sibling_decay, j - 1)).collect();
         let total: f64 = weights.iter().sum();
         let inside = if k > 1 { 1.0 - params.miss_top_k } else { 0.0 };
         let mut acc = 0.0;

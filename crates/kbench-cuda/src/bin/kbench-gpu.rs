@@ -9,7 +9,9 @@ use kbench_cuda::{bench, check_kernels, device, selftest, CudaDevice, CudaError}
 use std::process::ExitCode;
 
 fn arg_val(args: &[String], key: &str) -> Option<String> {
-    args.iter().position(|a| a == key).and_then(|i| args.get(i + 1).cloned())
+    args.iter()
+        .position(|a| a == key)
+        .and_then(|i| args.get(i + 1).cloned())
 }
 
 fn open_dev() -> Result<CudaDevice, ExitCode> {
@@ -20,7 +22,11 @@ fn open_dev() -> Result<CudaDevice, ExitCode> {
                 println!("error: kernel compile/load failed: {e}");
                 return Err(ExitCode::from(1));
             }
-            println!("kernels compiled/loaded for {} in {:.1} s", d.arch(), t0.elapsed().as_secs_f64());
+            println!(
+                "kernels compiled/loaded for {} in {:.1} s",
+                d.arch(),
+                t0.elapsed().as_secs_f64()
+            );
             println!("device: {} (sm_{}{}, {} SMs, {:.1} GiB, max smem/block {} B, L2 {} MB, driver CUDA {})",
                 d.name, d.cc.0, d.cc.1, d.sm_count, d.total_mem as f64 / (1u64 << 30) as f64, d.max_smem_optin, d.l2_bytes >> 20, d.driver_version);
             Ok(d)
@@ -45,9 +51,18 @@ fn main() -> ExitCode {
                 Ok(s) => println!("{s}"),
                 Err(e) => println!("NVRTC: {e}"),
             }
-            println!("driver library present: {}; devices: {}", device::driver_present(), device::device_count());
-            println!("NCCL library present: {}", kbench_cuda::comm::nccl_present());
-            println!("cuBLAS library present: {}", unsafe { cudarc::cublas::sys::is_culib_present() });
+            println!(
+                "driver library present: {}; devices: {}",
+                device::driver_present(),
+                device::device_count()
+            );
+            println!(
+                "NCCL library present: {}",
+                kbench_cuda::comm::nccl_present()
+            );
+            println!("cuBLAS library present: {}", unsafe {
+                cudarc::cublas::sys::is_culib_present()
+            });
             ExitCode::SUCCESS
         }
         "check" => {
@@ -60,14 +75,28 @@ fn main() -> ExitCode {
             let res = check_kernels(&archs);
             let mut bad = 0;
             for r in &res {
-                println!("{:<8} {:<18} {:<4} {:>8.0} ms", r.arch, r.file, if r.ok { "ok" } else { "FAIL" }, r.millis);
+                println!(
+                    "{:<8} {:<18} {:<4} {:>8.0} ms",
+                    r.arch,
+                    r.file,
+                    if r.ok { "ok" } else { "FAIL" },
+                    r.millis
+                );
                 if !r.ok {
                     bad += 1;
                     println!("{}", r.log);
                 }
             }
-            println!("{} of {} kernel compilations ok", res.len() - bad, res.len());
-            if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) }
+            println!(
+                "{} of {} kernel compilations ok",
+                res.len() - bad,
+                res.len()
+            );
+            if bad == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         "selftest" if args.iter().any(|a| a == "--isolate") => {
             // one process per test: a sticky device error (e.g. an illegal address) in one test
@@ -79,20 +108,32 @@ fn main() -> ExitCode {
             let seed = arg_val(&args, "--seed").unwrap_or_else(|| "1".into());
             let mut bad = 0;
             for (name, _) in selftest::TESTS {
-                let out = std::process::Command::new(&exe).args(["selftest", &format!("={name}"), "--seed", &seed]).output();
+                let out = std::process::Command::new(&exe)
+                    .args(["selftest", &format!("={name}"), "--seed", &seed])
+                    .output();
                 match out {
                     Ok(o) => {
                         let text = String::from_utf8_lossy(&o.stdout);
-                        let line = text.lines().find(|l| l.starts_with(name)).map(|l| l.to_string());
+                        let line = text
+                            .lines()
+                            .find(|l| l.starts_with(name))
+                            .map(|l| l.to_string());
                         match line {
                             Some(l) => println!("{l}"),
-                            None => println!("{name:<20} FAIL  (no result; exit {:?}) {}", o.status.code(), text.lines().last().unwrap_or("")),
+                            None => println!(
+                                "{name:<20} FAIL  (no result; exit {:?}) {}",
+                                o.status.code(),
+                                text.lines().last().unwrap_or("")
+                            ),
                         }
                         if !o.status.success() {
                             bad += 1;
                             let err = String::from_utf8_lossy(&o.stderr);
                             if !err.trim().is_empty() {
-                                println!("  stderr: {}", err.trim().lines().take(5).collect::<Vec<_>>().join(" | "));
+                                println!(
+                                    "  stderr: {}",
+                                    err.trim().lines().take(5).collect::<Vec<_>>().join(" | ")
+                                );
                             }
                         }
                     }
@@ -102,12 +143,26 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            println!("{} of {} GPU tests passed (isolated)", selftest::TESTS.len() - bad, selftest::TESTS.len());
-            if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) }
+            println!(
+                "{} of {} GPU tests passed (isolated)",
+                selftest::TESTS.len() - bad,
+                selftest::TESTS.len()
+            );
+            if bad == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         "selftest" => {
-            let filter = args.get(1).filter(|a| !a.starts_with("--")).cloned().unwrap_or_default();
-            let seed = arg_val(&args, "--seed").and_then(|s| s.parse().ok()).unwrap_or(1);
+            let filter = args
+                .get(1)
+                .filter(|a| !a.starts_with("--"))
+                .cloned()
+                .unwrap_or_default();
+            let seed = arg_val(&args, "--seed")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1);
             let dev = match open_dev() {
                 Ok(d) => d,
                 Err(c) => return c,
@@ -115,11 +170,21 @@ fn main() -> ExitCode {
             let res = selftest::run(&dev, &filter, seed);
             let mut bad = 0;
             for r in &res {
-                println!("{:<20} {:<4} {:>8.0} ms  {}", r.name, if r.ok { "ok" } else { "FAIL" }, r.millis, r.detail);
+                println!(
+                    "{:<20} {:<4} {:>8.0} ms  {}",
+                    r.name,
+                    if r.ok { "ok" } else { "FAIL" },
+                    r.millis,
+                    r.detail
+                );
                 bad += (!r.ok) as usize;
             }
             println!("{} of {} GPU tests passed", res.len() - bad, res.len());
-            if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) }
+            if bad == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         "bench" => {
             let dev = match open_dev() {
@@ -142,9 +207,15 @@ fn main() -> ExitCode {
                 Ok(d) => d,
                 Err(c) => return c,
             };
-            let layers = arg_val(&args, "--layers").and_then(|s| s.parse().ok()).unwrap_or(3);
-            let context = arg_val(&args, "--context").and_then(|s| s.parse().ok()).unwrap_or(2048);
-            let reps = arg_val(&args, "--reps").and_then(|s| s.parse().ok()).unwrap_or(10);
+            let layers = arg_val(&args, "--layers")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(3);
+            let context = arg_val(&args, "--context")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(2048);
+            let reps = arg_val(&args, "--reps")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(10);
             let batches: Vec<usize> = arg_val(&args, "--batches")
                 .unwrap_or_else(|| "1,2,4,8,16,32,64".into())
                 .split(',')

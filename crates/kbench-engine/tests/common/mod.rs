@@ -47,5 +47,7 @@ pub fn tiny_model(seed: u64, quality: f32) -> Model {
 pub fn prompt(seed: u64, len: usize, vocab: usize) -> Vec<u32> {
     use rand::RngExt;
     let mut rng = kbench_core::seed::rng_for(seed, "test-prompt", len as u64);
-    (0..len).map(|_| rng.random_range(0..vocab as u32)).collect()
+    (0..len)
+        .map(|_| rng.random_range(0..vocab as u32))
+        .collect()
 }

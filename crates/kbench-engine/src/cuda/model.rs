@@ -1,0 +1,1593 @@
+//! [`CudaModel`]: a checkpoint's target (and EAGLE-3 draft) on one or more GPUs, with the
+//! forward passes the speculative loop needs: a batched target pass over segments (prefill /
+//! extend, decode, tree-masked verify) returning logits, captured hidden states and the new
+//! latent KV entries (kept on the device until [`CudaModel::commit_target`] copies the accepted
+//! ones into the cache), and the draft pass with its own KV cache and a per-round pool of
+//! draft-path entries.
+
+use std::path::Path;
+
+use kbench_core::arch::{DraftArch, ModelArch};
+use kbench_cuda::comm::{self, TpComm};
+use kbench_cuda::device::GraphCache;
+use kbench_cuda::{CudaDevice, DBuf};
+
+use super::ops::{self, AttnGeom, KvSrc, Route};
+use super::weights::{self, DMlp, DraftWeights, RankWeights, DQ};
+use super::{cerr, CudaOptions};
+use crate::error::{EngineError, Result};
+use crate::rope::{yarn_get_mscale, Rope};
+use crate::st::WeightStore;
+
+/// Target dimensions (global, not per rank).
+#[derive(Debug, Clone)]
+pub(crate) struct Geo {
+    pub h: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub nope: usize,
+    pub rd: usize,
+    pub vd: usize,
+    pub rank: usize,
+    pub q_lora: Option<usize>,
+    pub vocab: usize,
+    pub eps: f32,
+    pub scale: f32,
+    pub experts: usize,
+    pub top_k: usize,
+    pub moe_inter: usize,
+    pub route: Option<Route>,
+    pub capture: Vec<usize>,
+    pub world: usize,
+    pub max_batch: usize,
+    pub max_ctx: usize,
+    pub max_tokens: usize,
+}
+
+impl Geo {
+    pub fn width(&self) -> usize {
+        self.rank + self.rd
+    }
+    pub fn qd(&self) -> usize {
+        self.nope + self.rd
+    }
+    pub fn hl(&self) -> usize {
+        self.heads / self.world
+    }
+}
+
+/// Scratch of one rank for passes of up to `max_tokens` tokens.
+struct Bufs {
+    ids: DBuf<i32>,
+    meta: DBuf<i32>,
+    mask: DBuf<u64>,
+    extras: DBuf<i32>,
+    cos: DBuf<f32>,
+    sin: DBuf<f32>,
+    x: DBuf<f32>,
+    hn: DBuf<f32>,
+    qa: DBuf<f32>,
+    q: DBuf<f32>,
+    qcat: DBuf<f32>,
+    /// `[layers, max_tokens, width]`: this pass's latent KV entries.
+    kvnew: DBuf<f32>,
+    olat: DBuf<f32>,
+    ao: DBuf<f32>,
+    part: DBuf<f32>,
+    partb: DBuf<u16>,
+    g: DBuf<f32>,
+    u: DBuf<f32>,
+    act: DBuf<f32>,
+    rl: DBuf<f32>,
+    rwork: DBuf<f32>,
+    mids: DBuf<i32>,
+    mwts: DBuf<f32>,
+    mg: DBuf<f32>,
+    mu: DBuf<f32>,
+    mact: DBuf<f32>,
+    my: DBuf<f32>,
+    cap: DBuf<f32>,
+    rows: DBuf<i32>,
+    xr: DBuf<f32>,
+    logits: DBuf<f32>,
+    scores: DBuf<f32>,
+}
+
+pub(crate) struct Rank {
+    pub dev: CudaDevice,
+    comm: TpComm,
+    w: RankWeights,
+    b: Bufs,
+    /// `[layers, max_batch, max_ctx, width]` f32 latent cache.
+    cache: DBuf<f32>,
+    graphs: GraphCache,
+}
+
+/// Draft geometry.
+#[derive(Debug, Clone)]
+pub(crate) struct DGeo {
+    pub h: usize,
+    pub ncap: usize,
+    pub nh: usize,
+    pub nkv: usize,
+    pub hd: usize,
+    pub inter: usize,
+    pub dv: usize,
+    pub eps: f32,
+    pub max_cands: usize,
+    pub max_extra: usize,
+}
+
+impl DGeo {
+    fn kvw(&self) -> usize {
+        self.nkv * self.hd
+    }
+}
+
+struct DraftDev {
+    g: DGeo,
+    w: DraftWeights,
+    rope: Rope,
+    ids: DBuf<i32>,
+    meta: DBuf<i32>,
+    mask: DBuf<u64>,
+    extras: DBuf<i32>,
+    cos: DBuf<f32>,
+    sin: DBuf<f32>,
+    hin3: DBuf<f32>,
+    hid: DBuf<f32>,
+    e: DBuf<f32>,
+    xin: DBuf<f32>,
+    q: DBuf<f32>,
+    k: DBuf<f32>,
+    v: DBuf<f32>,
+    attn: DBuf<f32>,
+    res: DBuf<f32>,
+    hn: DBuf<f32>,
+    gg: DBuf<f32>,
+    uu: DBuf<f32>,
+    act: DBuf<f32>,
+    normed: DBuf<f32>,
+    logits: DBuf<f32>,
+    scores: DBuf<f32>,
+    /// `[max_batch, max_ctx, kvw]`.
+    cache_k: DBuf<f32>,
+    cache_v: DBuf<f32>,
+    /// `[max_batch, max_cands, kvw]`: this round's draft-path entries.
+    pool_k: DBuf<f32>,
+    pool_v: DBuf<f32>,
+}
+
+/// One sequence's tokens in a batched target pass (the GPU twin of `target::Segment`).
+#[derive(Debug, Clone)]
+pub struct GpuSegment {
+    /// KV cache slot of the sequence (< max_batch).
+    pub slot: usize,
+    /// Tokens already in the slot's cache.
+    pub cache_len: usize,
+    pub tokens: Vec<u32>,
+    pub positions: Vec<u32>,
+    /// Per token, the segment tokens it attends to (its tree ancestors and itself); `None`:
+    /// causal.
+    pub tree: Option<Vec<Vec<usize>>>,
+    /// Logits for every token (verify, decode) or only the last (prefill).
+    pub all_logits: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct GpuSegmentOut {
+    /// `[n or 1, vocab]`.
+    pub logits: Vec<f32>,
+    /// `[n, ncap * hidden]`: the capture layers' outputs.
+    pub captured: Vec<f32>,
+    /// First row of this segment in the pass (for [`CudaModel::commit_target`]).
+    pub row0: usize,
+    /// Per layer `[n, kv_width]` (only when asked for; tests compare it with the CPU's).
+    pub kv: Option<Vec<Vec<f32>>>,
+}
+
+/// One sequence's tokens in a draft pass (the twin of `draft::DraftSegment`).
+#[derive(Debug, Clone)]
+pub struct GpuDraftSegment {
+    pub slot: usize,
+    /// Entries already in the slot's draft cache.
+    pub cache_len: usize,
+    /// Candidates (indices into this round's pool for the slot) attended after the cache.
+    pub extra: Vec<usize>,
+    pub tokens: Vec<u32>,
+    /// `[n, ncap*h]` captured states (extend) or `[n, h]` draft hidden (decode).
+    pub hidden_in: Vec<f32>,
+    pub positions: Vec<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct GpuDraftOut {
+    /// `[n, draft_vocab]`.
+    pub logits: Vec<f32>,
+    /// `[n, h]` pre-norm hidden (input of the next draft step).
+    pub aux: Vec<f32>,
+    pub row0: usize,
+}
+
+/// The model on the GPU(s).
+pub struct CudaModel {
+    pub arch: ModelArch,
+    pub draft_arch: Option<DraftArch>,
+    pub opts: CudaOptions,
+    pub(crate) g: Geo,
+    ranks: Vec<Rank>,
+    draft: Option<DraftDev>,
+    /// Target id of each draft id.
+    pub d2t: Vec<u32>,
+    rope: Rope,
+    /// Passes run through a CUDA graph / eagerly (for tests and reports).
+    pub graph_launches: usize,
+    pub eager_launches: usize,
+}
+
+macro_rules! host_io {
+    ($wr:ident, $rd:ident, $t:ty) => {
+        /// Writes `data` into `dst` at element `off` (stream-ordered).
+        #[allow(dead_code)]
+        fn $wr(dev: &CudaDevice, dst: &DBuf<$t>, off: usize, data: &[$t]) -> Result<()> {
+            if data.is_empty() {
+                return Ok(());
+            }
+            if off + data.len() > dst.len() {
+                return Err(EngineError::Invalid(format!(
+                    "device write of {} at {off} overflows a buffer of {}",
+                    data.len(),
+                    dst.len()
+                )));
+            }
+            let t = dev.upload(data).map_err(cerr)?;
+            dev.copy_d2d(dst.ptr_at(off), t.ptr(), std::mem::size_of_val(data))
+                .map_err(cerr)
+        }
+        /// Reads `n` elements of `src` from element `off` (synchronises the stream).
+        #[allow(dead_code)]
+        fn $rd(dev: &CudaDevice, src: &DBuf<$t>, off: usize, n: usize) -> Result<Vec<$t>> {
+            if n == 0 {
+                return Ok(Vec::new());
+            }
+            if off + n > src.len() {
+                return Err(EngineError::Invalid(format!(
+                    "device read of {n} at {off} overflows a buffer of {}",
+                    src.len()
+                )));
+            }
+            let t = dev.alloc::<$t>(n).map_err(cerr)?;
+            dev.copy_d2d(t.ptr(), src.ptr_at(off), n * std::mem::size_of::<$t>())
+                .map_err(cerr)?;
+            let mut v = dev.download(&t).map_err(cerr)?;
+            v.truncate(n);
+            Ok(v)
+        }
+    };
+}
+host_io!(wr_f32, rd_f32, f32);
+host_io!(wr_i32, rd_i32, i32);
+host_io!(wr_u64, rd_u64, u64);
+
+fn zeros_f32(dev: &CudaDevice, n: usize) -> Result<DBuf<f32>> {
+    let b = dev.alloc::<f32>(n.max(1)).map_err(cerr)?;
+    dev.fill_bytes(&b, 0).map_err(cerr)?;
+    Ok(b)
+}
+fn zeros_i32(dev: &CudaDevice, n: usize) -> Result<DBuf<i32>> {
+    let b = dev.alloc::<i32>(n.max(1)).map_err(cerr)?;
+    dev.fill_bytes(&b, 0).map_err(cerr)?;
+    Ok(b)
+}
+
+/// Runs of consecutive indices: (first, length).
+fn runs(which: &[usize]) -> Vec<(usize, usize, usize)> {
+    // (position in `which`, first index, length)
+    let mut out: Vec<(usize, usize, usize)> = Vec::new();
+    for (j, &i) in which.iter().enumerate() {
+        match out.last_mut() {
+            Some((_, first, len)) if *first + *len == i => *len += 1,
+            _ => out.push((j, i, 1)),
+        }
+    }
+    out
+}
+
+impl CudaModel {
+    /// Loads the target in `dir` (and the draft in `draft_dir`) onto the GPUs in `opts`.
+    pub fn load(dir: &Path, draft_dir: Option<&Path>, opts: &CudaOptions) -> Result<CudaModel> {
+        let arch = ModelArch::from_config_file(&dir.join("config.json"))?;
+        let ws = WeightStore::open(dir)?;
+        let (darch, dws) = match draft_dir {
+            Some(dd) => {
+                let darch = DraftArch::from_config_file(&dd.join("config.json"), &arch)?;
+                (Some(darch), Some(WeightStore::open(dd)?))
+            }
+            None => (None, None),
+        };
+        Self::from_stores(arch, &ws, darch, dws.as_ref(), opts)
+    }
+
+    /// The same from already opened weight stores.
+    pub fn from_stores(
+        arch: ModelArch,
+        ws: &WeightStore,
+        darch: Option<DraftArch>,
+        dws: Option<&WeightStore>,
+        opts: &CudaOptions,
+    ) -> Result<CudaModel> {
+        opts.validate()?;
+        let mla = arch.mla.clone().ok_or_else(|| {
+            EngineError::Unsupported("the CUDA path runs MLA + MoE targets".into())
+        })?;
+        let world = opts.devices.len();
+        let (nope, rd, vd, rank) = (
+            mla.qk_nope_head_dim as usize,
+            mla.qk_rope_head_dim as usize,
+            mla.v_head_dim as usize,
+            mla.kv_lora_rank as usize,
+        );
+        let mut scale = 1.0 / ((nope + rd) as f64).sqrt();
+        if let Some(s) = &arch.rope_scaling {
+            if let Some(m) = s.mscale_all_dim.filter(|m| *m != 0.0) {
+                let ms = yarn_get_mscale(s.factor, m);
+                scale *= ms * ms;
+            }
+        }
+        let route = arch.moe.as_ref().map(|d| Route {
+            experts: d.n_routed_experts as usize,
+            top_k: d.num_experts_per_tok as usize,
+            n_group: d.n_group.max(1) as usize,
+            topk_group: d.topk_group as usize,
+            sigmoid: d.scoring_func == "sigmoid",
+            norm: d.norm_topk_prob,
+            scaling: d.routed_scaling_factor as f32,
+        });
+        let capture: Vec<usize> = match &darch {
+            Some(d) => d.capture_layers.iter().map(|&l| l as usize).collect(),
+            None => arch
+                .eagle3_capture_layer_outputs()
+                .iter()
+                .map(|&x| x as usize)
+                .collect(),
+        };
+        let g = Geo {
+            h: arch.hidden_size as usize,
+            layers: arch.num_layers as usize,
+            heads: arch.num_heads as usize,
+            nope,
+            rd,
+            vd,
+            rank,
+            q_lora: mla.q_lora_rank.map(|x| x as usize),
+            vocab: arch.vocab_size as usize,
+            eps: arch.rms_norm_eps as f32,
+            scale: scale as f32,
+            experts: route.map(|r| r.experts).unwrap_or(0),
+            top_k: route.map(|r| r.top_k).unwrap_or(0),
+            moe_inter: arch
+                .moe
+                .as_ref()
+                .map(|d| d.moe_intermediate_size as usize)
+                .unwrap_or(0),
+            route,
+            capture,
+            world,
+            max_batch: opts.max_batch,
+            max_ctx: opts.max_ctx,
+            max_tokens: opts.max_tokens,
+        };
+        if g.capture.iter().any(|&l| l >= g.layers) {
+            return Err(EngineError::ConfigMismatch(format!(
+                "capture layers {:?} outside {} layers",
+                g.capture, g.layers
+            )));
+        }
+        let mut devs = Vec::with_capacity(world);
+        for &o in &opts.devices {
+            devs.push(CudaDevice::new(o).map_err(cerr)?);
+        }
+        for d in &devs {
+            d.module(&ops::ENGINE_F32).map_err(cerr)?;
+        }
+        let comms: Vec<TpComm> = if world == 1 {
+            vec![TpComm::single()]
+        } else {
+            let refs: Vec<&CudaDevice> = devs.iter().collect();
+            TpComm::group(&refs).map_err(cerr)?
+        };
+        let mut ranks = Vec::with_capacity(world);
+        for (r, (dev, comm)) in devs.into_iter().zip(comms).enumerate() {
+            let w = weights::load_rank(&dev, &arch, ws, world, r)?;
+            let b = Self::alloc_bufs(&dev, &g, &w, r == 0)?;
+            let cache = zeros_f32(&dev, g.layers * g.max_batch * g.max_ctx * g.width())?;
+            ranks.push(Rank {
+                dev,
+                comm,
+                w,
+                b,
+                cache,
+                graphs: GraphCache::default(),
+            });
+        }
+        let (draft, d2t) = match (&darch, dws) {
+            (Some(da), Some(dws)) => {
+                if da.hidden_size as usize != g.h {
+                    return Err(EngineError::ConfigMismatch(
+                        "draft hidden size differs from the target's".into(),
+                    ));
+                }
+                let dev = &ranks[0].dev;
+                let (w, d2t) = weights::load_draft(dev, da, dws, g.vocab)?;
+                let dg = DGeo {
+                    h: g.h,
+                    ncap: da.capture_layers.len(),
+                    nh: da.num_heads as usize,
+                    nkv: da.num_kv_heads as usize,
+                    hd: da.head_dim as usize,
+                    inter: da.intermediate_size as usize,
+                    dv: da.draft_vocab_size as usize,
+                    eps: da.rms_norm_eps as f32,
+                    max_cands: opts.max_draft_candidates,
+                    max_extra: 32,
+                };
+                let rope = Rope::new(dg.hd, da.rope_theta, None, false);
+                (Some(Self::alloc_draft(dev, &g, dg, w, rope)?), d2t)
+            }
+            _ => (None, Vec::new()),
+        };
+        let rope = Rope::new(g.rd, arch.rope_theta, arch.rope_scaling.as_ref(), true);
+        for r in &ranks {
+            r.dev.sync().map_err(cerr)?;
+        }
+        Ok(CudaModel {
+            arch,
+            draft_arch: darch,
+            opts: opts.clone(),
+            g,
+            ranks,
+            draft,
+            d2t,
+            rope,
+            graph_launches: 0,
+            eager_launches: 0,
+        })
+    }
+
+    fn alloc_bufs(dev: &CudaDevice, g: &Geo, w: &RankWeights, rank0: bool) -> Result<Bufs> {
+        let t = g.max_tokens;
+        let hl = g.hl();
+        let f = |n: usize| zeros_f32(dev, n);
+        let mut inter = 1;
+        for l in &w.layers {
+            match &l.mlp {
+                DMlp::Dense(ff) => inter = inter.max(ff.gate.out),
+                DMlp::Moe {
+                    shared: Some(ff), ..
+                } => inter = inter.max(ff.gate.out),
+                _ => {}
+            }
+        }
+        let p = t * g.top_k.max(1);
+        Ok(Bufs {
+            ids: zeros_i32(dev, t)?,
+            meta: zeros_i32(dev, t * 8)?,
+            mask: {
+                let b = dev.alloc::<u64>(t).map_err(cerr)?;
+                dev.fill_bytes(&b, 0).map_err(cerr)?;
+                b
+            },
+            extras: zeros_i32(dev, 1)?,
+            cos: f(t * g.rd / 2)?,
+            sin: f(t * g.rd / 2)?,
+            x: f(t * g.h)?,
+            hn: f(t * g.h)?,
+            qa: f(t * g.q_lora.unwrap_or(1))?,
+            q: f(t * hl * g.qd())?,
+            qcat: f(t * hl * g.width())?,
+            kvnew: f(g.layers * t * g.width())?,
+            olat: f(t * hl * g.rank)?,
+            ao: f(t * hl * g.vd)?,
+            part: f(t * g.h)?,
+            partb: {
+                let b = dev.alloc::<u16>(t * g.h).map_err(cerr)?;
+                dev.fill_bytes(&b, 0).map_err(cerr)?;
+                b
+            },
+            g: f(t * inter)?,
+            u: f(t * inter)?,
+            act: f(t * inter)?,
+            rl: f(t * g.experts.max(1))?,
+            rwork: f(t * 2 * g.experts.max(1))?,
+            mids: zeros_i32(dev, p)?,
+            mwts: f(p)?,
+            mg: f(p * g.moe_inter.max(1))?,
+            mu: f(p * g.moe_inter.max(1))?,
+            mact: f(p * g.moe_inter.max(1))?,
+            my: f(p * g.h)?,
+            cap: f(if rank0 { t * g.capture.len() * g.h } else { 1 })?,
+            rows: zeros_i32(dev, t)?,
+            xr: f(t * g.h)?,
+            logits: f(t * w.lm_head.out)?,
+            scores: f(t * hl * g.max_ctx)?,
+        })
+    }
+
+    fn alloc_draft(
+        dev: &CudaDevice,
+        g: &Geo,
+        dg: DGeo,
+        w: DraftWeights,
+        rope: Rope,
+    ) -> Result<DraftDev> {
+        let t = g.max_tokens;
+        let f = |n: usize| zeros_f32(dev, n);
+        let kvw = dg.kvw();
+        Ok(DraftDev {
+            ids: zeros_i32(dev, t)?,
+            meta: zeros_i32(dev, t * 8)?,
+            mask: {
+                let b = dev.alloc::<u64>(t).map_err(cerr)?;
+                dev.fill_bytes(&b, 0).map_err(cerr)?;
+                b
+            },
+            extras: zeros_i32(dev, t * dg.max_extra)?,
+            cos: f(t * dg.hd / 2)?,
+            sin: f(t * dg.hd / 2)?,
+            hin3: f(t * dg.ncap * dg.h)?,
+            hid: f(t * dg.h)?,
+            e: f(t * dg.h)?,
+            xin: f(t * 2 * dg.h)?,
+            q: f(t * dg.nh * dg.hd)?,
+            k: f(t * kvw)?,
+            v: f(t * kvw)?,
+            attn: f(t * dg.nh * dg.hd)?,
+            res: f(t * dg.h)?,
+            hn: f(t * dg.h)?,
+            gg: f(t * dg.inter)?,
+            uu: f(t * dg.inter)?,
+            act: f(t * dg.inter)?,
+            normed: f(t * dg.h)?,
+            logits: f(t * dg.dv)?,
+            scores: f(t * dg.nh * g.max_ctx)?,
+            cache_k: f(g.max_batch * g.max_ctx * kvw)?,
+            cache_v: f(g.max_batch * g.max_ctx * kvw)?,
+            pool_k: f(g.max_batch * dg.max_cands * kvw)?,
+            pool_v: f(g.max_batch * dg.max_cands * kvw)?,
+            g: dg,
+            w,
+            rope,
+        })
+    }
+
+    pub fn hidden(&self) -> usize {
+        self.g.h
+    }
+    pub fn vocab(&self) -> usize {
+        self.g.vocab
+    }
+    pub fn num_layers(&self) -> usize {
+        self.g.layers
+    }
+    pub fn kv_width(&self) -> usize {
+        self.g.width()
+    }
+    pub fn capture_layers(&self) -> &[usize] {
+        &self.g.capture
+    }
+    pub fn tp_size(&self) -> usize {
+        self.g.world
+    }
+    pub fn has_draft(&self) -> bool {
+        self.draft.is_some()
+    }
+    pub fn draft_vocab(&self) -> usize {
+        self.d2t.len()
+    }
+    pub fn draft_hidden(&self) -> usize {
+        self.draft.as_ref().map(|d| d.g.h).unwrap_or(0)
+    }
+    pub fn max_draft_candidates(&self) -> usize {
+        self.draft.as_ref().map(|d| d.g.max_cands).unwrap_or(0)
+    }
+    /// Names of the GPUs.
+    pub fn devices(&self) -> Vec<String> {
+        self.ranks
+            .iter()
+            .map(|r| format!("cuda:{} ({})", r.dev.ordinal, r.dev.name))
+            .collect()
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Target pass.
+
+    /// One batched target pass over `segs` (their tokens must fit `max_tokens`; the spec loop
+    /// chunks long prompts). New KV entries stay in the pass buffer until
+    /// [`commit_target`](Self::commit_target), which must be called before the next pass.
+    pub fn forward_target(
+        &mut self,
+        segs: &[GpuSegment],
+        want_kv: bool,
+    ) -> Result<Vec<GpuSegmentOut>> {
+        let g = self.g.clone();
+        let total: usize = segs.iter().map(|s| s.tokens.len()).sum();
+        if total == 0 {
+            return Err(EngineError::Invalid("empty target pass".into()));
+        }
+        if total > g.max_tokens {
+            return Err(EngineError::Invalid(format!(
+                "target pass of {total} tokens > max_tokens {}",
+                g.max_tokens
+            )));
+        }
+        let all_logits = segs.iter().all(|s| s.all_logits);
+        // Graph bucket: the padded token count (decode / verify passes only).
+        let graph_t = if self.opts.cuda_graph_max_bs > 0
+            && g.world == 1
+            && all_logits
+            && segs.len() <= self.opts.cuda_graph_max_bs
+        {
+            let tp = total.next_power_of_two();
+            (tp <= g.max_tokens).then_some(tp)
+        } else {
+            None
+        };
+        let t_run = graph_t.unwrap_or(total);
+        // --- host metadata ---
+        let half = g.rd / 2;
+        let mut ids = vec![0i32; t_run];
+        let mut meta = vec![0i32; t_run * 8];
+        let mut mask = vec![0u64; t_run];
+        let mut cos = vec![1f32; t_run * half];
+        let mut sin = vec![0f32; t_run * half];
+        let mut rows: Vec<i32> = Vec::new();
+        let mut offsets = Vec::with_capacity(segs.len());
+        let mut o = 0usize;
+        for s in segs {
+            let n = s.tokens.len();
+            if s.positions.len() != n {
+                return Err(EngineError::Invalid(
+                    "segment tokens and positions differ in length".into(),
+                ));
+            }
+            if s.slot >= g.max_batch {
+                return Err(EngineError::Invalid(format!(
+                    "slot {} >= max_batch {}",
+                    s.slot, g.max_batch
+                )));
+            }
+            if s.cache_len + n > g.max_ctx {
+                return Err(EngineError::Invalid(format!(
+                    "context {} exceeds max_ctx {}",
+                    s.cache_len + n,
+                    g.max_ctx
+                )));
+            }
+            if let Some(tr) = &s.tree {
+                if tr.len() != n || n > 64 {
+                    return Err(EngineError::Invalid(format!(
+                        "tree mask of {} rows for {n} tokens (at most 64)",
+                        tr.len()
+                    )));
+                }
+            }
+            offsets.push(o);
+            for i in 0..n {
+                let t = o + i;
+                let tok = s.tokens[i];
+                if tok as usize >= g.vocab {
+                    return Err(EngineError::Invalid(format!(
+                        "token id {tok} is outside the vocabulary of {}",
+                        g.vocab
+                    )));
+                }
+                ids[t] = tok as i32;
+                let m = &mut meta[t * 8..t * 8 + 8];
+                m[0] = (s.slot * g.max_ctx) as i32;
+                m[1] = s.cache_len as i32;
+                m[2] = o as i32;
+                m[3] = i as i32;
+                m[4] = s.tree.is_some() as i32;
+                m[5] = 0;
+                m[6] = 0;
+                m[7] = n as i32;
+                if let Some(tr) = &s.tree {
+                    mask[t] = tr[i].iter().fold(0u64, |b, &j| b | (1u64 << j));
+                }
+                let (c, sn) = self.rope.table(s.positions[i]);
+                cos[t * half..(t + 1) * half].copy_from_slice(&c);
+                sin[t * half..(t + 1) * half].copy_from_slice(&sn);
+            }
+            if s.all_logits {
+                rows.extend((o..o + n).map(|r| r as i32));
+            } else if n > 0 {
+                rows.push((o + n - 1) as i32);
+            }
+            o += n;
+        }
+        // padding rows (graph buckets): attend to themselves only; never committed
+        for t in total..t_run {
+            let m = &mut meta[t * 8..t * 8 + 8];
+            m[2] = t as i32;
+            m[7] = 1;
+        }
+        let nrows = if graph_t.is_some() { t_run } else { rows.len() };
+        let gather = graph_t.is_none() && !all_logits;
+        for r in &self.ranks {
+            let d = &r.dev;
+            wr_i32(d, &r.b.ids, 0, &ids)?;
+            wr_i32(d, &r.b.meta, 0, &meta)?;
+            wr_u64(d, &r.b.mask, 0, &mask)?;
+            wr_f32(d, &r.b.cos, 0, &cos)?;
+            wr_f32(d, &r.b.sin, 0, &sin)?;
+            if gather {
+                wr_i32(d, &r.b.rows, 0, &rows)?;
+            }
+        }
+        // --- device work ---
+        match graph_t {
+            Some(tb) => {
+                let rk = &self.ranks[0];
+                if rk.graphs.bucket_for(tb) == Some(tb) {
+                    rk.graphs.launch(tb).map_err(cerr)?;
+                    self.graph_launches += 1;
+                } else {
+                    // eager once (loads every kernel), then capture for the next passes
+                    device_forward(&g, &self.ranks, tb, tb, false)?;
+                    self.eager_launches += 1;
+                    // nothing pending (e.g. an async free) may land inside the capture
+                    self.ranks[0].dev.sync().map_err(cerr)?;
+                    let graph = {
+                        let rk = &self.ranks[0];
+                        let ranks = &self.ranks;
+                        let gg = &g;
+                        rk.dev.capture(|| {
+                            device_forward(gg, ranks, tb, tb, false)
+                                .map_err(|e| kbench_cuda::CudaError::Invalid(e.to_string()))
+                        })
+                    };
+                    match graph {
+                        Ok(gr) => self.ranks[0].graphs.insert(tb, gr),
+                        Err(e) => {
+                            // capture failed: stay eager for this bucket (logged once per bucket)
+                            eprintln!("kbench-engine cuda: graph capture for {tb} tokens failed ({e}); running eagerly");
+                            self.opts.cuda_graph_max_bs = 0;
+                        }
+                    }
+                }
+            }
+            None => {
+                device_forward(&g, &self.ranks, t_run, nrows, gather)?;
+                self.eager_launches += 1;
+            }
+        }
+        // --- results ---
+        let mut logits_all = vec![0f32; nrows * g.vocab];
+        for r in &self.ranks {
+            let vl = r.w.lm_head.out;
+            let part = rd_f32(&r.dev, &r.b.logits, 0, nrows * vl)?;
+            for row in 0..nrows {
+                logits_all[row * g.vocab + r.w.v0..row * g.vocab + r.w.v0 + vl]
+                    .copy_from_slice(&part[row * vl..(row + 1) * vl]);
+            }
+        }
+        let ncap = g.capture.len() * g.h;
+        let r0 = &self.ranks[0];
+        let cap = rd_f32(&r0.dev, &r0.b.cap, 0, total * ncap)?;
+        let mut out = Vec::with_capacity(segs.len());
+        let mut row_cursor = 0;
+        for (si, s) in segs.iter().enumerate() {
+            let n = s.tokens.len();
+            let o = offsets[si];
+            let (first, nl) = if graph_t.is_some() {
+                if s.all_logits {
+                    (o, n)
+                } else {
+                    (o + n - 1, 1)
+                }
+            } else {
+                let nl = if s.all_logits { n } else { n.min(1) };
+                let f = row_cursor;
+                row_cursor += nl;
+                (f, nl)
+            };
+            let kv = if want_kv {
+                let mut v = Vec::with_capacity(g.layers);
+                for l in 0..g.layers {
+                    v.push(rd_f32(
+                        &r0.dev,
+                        &r0.b.kvnew,
+                        (l * g.max_tokens + o) * g.width(),
+                        n * g.width(),
+                    )?);
+                }
+                Some(v)
+            } else {
+                None
+            };
+            out.push(GpuSegmentOut {
+                logits: logits_all[first * g.vocab..(first + nl) * g.vocab].to_vec(),
+                captured: cap[o * ncap..(o + n) * ncap].to_vec(),
+                row0: o,
+                kv,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Appends the KV entries of segment rows `which` (relative to `row0`, in order) to the
+    /// cache of `slot`, which holds `cache_len` entries. Every rank (the cache is replicated).
+    pub fn commit_target(
+        &mut self,
+        slot: usize,
+        cache_len: usize,
+        row0: usize,
+        which: &[usize],
+    ) -> Result<()> {
+        let g = &self.g;
+        let w = g.width();
+        if cache_len + which.len() > g.max_ctx {
+            return Err(EngineError::Invalid(format!(
+                "KV cache of slot {slot} would exceed max_ctx {}",
+                g.max_ctx
+            )));
+        }
+        for r in &self.ranks {
+            for l in 0..g.layers {
+                let cache_l = (l * g.max_batch + slot) * g.max_ctx;
+                for (j, first, len) in runs(which) {
+                    let dst = r.cache.ptr_at((cache_l + cache_len + j) * w);
+                    let src = r.b.kvnew.ptr_at((l * g.max_tokens + row0 + first) * w);
+                    r.dev.copy_d2d(dst, src, len * w * 4).map_err(cerr)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Per layer, the first `len` cache entries of `slot` (tests).
+    pub fn read_cache(&self, slot: usize, len: usize) -> Result<Vec<Vec<f32>>> {
+        let g = &self.g;
+        let r = &self.ranks[0];
+        (0..g.layers)
+            .map(|l| {
+                rd_f32(
+                    &r.dev,
+                    &r.cache,
+                    ((l * g.max_batch + slot) * g.max_ctx) * g.width(),
+                    len * g.width(),
+                )
+            })
+            .collect()
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Draft pass (rank 0).
+
+    /// One batched draft pass. Tokens attend to the slot's draft cache, then to the pool
+    /// entries in `extra`, then causally to each other. New K/V rows stay in the pass buffer
+    /// for [`commit_draft`](Self::commit_draft) / [`pool_store`](Self::pool_store).
+    pub fn forward_draft(&mut self, segs: &[GpuDraftSegment]) -> Result<Vec<GpuDraftOut>> {
+        let g = self.g.clone();
+        let dd = self
+            .draft
+            .as_ref()
+            .ok_or_else(|| EngineError::Invalid("no draft model loaded".into()))?;
+        let dg = dd.g.clone();
+        let dev = &self.ranks[0].dev;
+        let tw = &self.ranks[0].w;
+        let total: usize = segs.iter().map(|s| s.tokens.len()).sum();
+        if total == 0 {
+            return Err(EngineError::Invalid("empty draft pass".into()));
+        }
+        if total > g.max_tokens {
+            return Err(EngineError::Invalid(format!(
+                "draft pass of {total} tokens > max_tokens {}",
+                g.max_tokens
+            )));
+        }
+        let (h, ncap, kvw) = (dg.h, dg.ncap, dg.kvw());
+        let half = dg.hd / 2;
+        let mut ids = vec![0i32; total];
+        let mut meta = vec![0i32; total * 8];
+        let mut extras: Vec<i32> = Vec::new();
+        let mut cos = vec![0f32; total * half];
+        let mut sin = vec![0f32; total * half];
+        let mut o = 0;
+        let mut offs = Vec::with_capacity(segs.len());
+        for s in segs {
+            let n = s.tokens.len();
+            if s.positions.len() != n {
+                return Err(EngineError::Invalid(
+                    "draft segment tokens and positions differ in length".into(),
+                ));
+            }
+            if s.slot >= g.max_batch
+                || s.extra.len() > dg.max_extra
+                || s.extra.iter().any(|&c| c >= dg.max_cands)
+            {
+                return Err(EngineError::Invalid(format!(
+                    "draft segment: slot {} (max {}), {} extras (max {}), candidates < {}",
+                    s.slot,
+                    g.max_batch,
+                    s.extra.len(),
+                    dg.max_extra,
+                    dg.max_cands
+                )));
+            }
+            if s.cache_len + s.extra.len() + n > g.max_ctx {
+                return Err(EngineError::Invalid(format!(
+                    "draft context exceeds max_ctx {}",
+                    g.max_ctx
+                )));
+            }
+            let exoff = extras.len();
+            extras.extend(s.extra.iter().map(|&c| (s.slot * dg.max_cands + c) as i32));
+            offs.push(o);
+            for i in 0..n {
+                let t = o + i;
+                let tok = s.tokens[i];
+                if tok as usize >= g.vocab {
+                    return Err(EngineError::Invalid(format!(
+                        "token id {tok} is outside the vocabulary"
+                    )));
+                }
+                ids[t] = tok as i32;
+                let m = &mut meta[t * 8..t * 8 + 8];
+                m[0] = (s.slot * g.max_ctx) as i32;
+                m[1] = s.cache_len as i32;
+                m[2] = o as i32;
+                m[3] = i as i32;
+                m[4] = 0;
+                m[5] = s.extra.len() as i32;
+                m[6] = exoff as i32;
+                m[7] = n as i32;
+                let (c, sn) = dd.rope.table(s.positions[i]);
+                cos[t * half..(t + 1) * half].copy_from_slice(&c);
+                sin[t * half..(t + 1) * half].copy_from_slice(&sn);
+            }
+            o += n;
+        }
+        if extras.len() > total * dg.max_extra {
+            return Err(EngineError::Invalid(
+                "too many draft extras in one pass".into(),
+            ));
+        }
+        wr_i32(dev, &dd.ids, 0, &ids)?;
+        wr_i32(dev, &dd.meta, 0, &meta)?;
+        wr_i32(dev, &dd.extras, 0, &extras)?;
+        wr_f32(dev, &dd.cos, 0, &cos)?;
+        wr_f32(dev, &dd.sin, 0, &sin)?;
+        // hidden input: fc over captured states (3h) or the draft's own (h)
+        for (s, &o) in segs.iter().zip(&offs) {
+            let n = s.tokens.len();
+            if s.hidden_in.len() == n * ncap * h {
+                wr_f32(dev, &dd.hin3, o * ncap * h, &s.hidden_in)?;
+                dd.w.fc.run(
+                    dev,
+                    dd.hin3.ptr_at(o * ncap * h),
+                    ncap * h,
+                    dd.hid.ptr_at(o * h),
+                    h,
+                    n,
+                    false,
+                )?;
+            } else if s.hidden_in.len() == n * h {
+                wr_f32(dev, &dd.hid, o * h, &s.hidden_in)?;
+            } else {
+                return Err(EngineError::Invalid(format!(
+                    "draft hidden input has {} values for {n} tokens (expected {}x{h} or {}x{h})",
+                    s.hidden_in.len(),
+                    n * ncap,
+                    n
+                )));
+            }
+        }
+        let e = |x: kbench_cuda::Result<()>| x.map_err(cerr);
+        let t = total;
+        e(ops::embed(
+            dev,
+            dd.ids.ptr(),
+            tw.embed.ptr(),
+            g.vocab,
+            h,
+            dd.e.ptr(),
+            h,
+            t,
+        ))?;
+        e(ops::rmsnorm(
+            dev,
+            dd.e.ptr(),
+            h,
+            dd.w.in_norm.ptr(),
+            dd.xin.ptr(),
+            2 * h,
+            t,
+            h,
+            dg.eps,
+        ))?;
+        e(ops::rmsnorm(
+            dev,
+            dd.hid.ptr(),
+            h,
+            dd.w.hidden_norm.ptr(),
+            dd.xin.ptr_at(h),
+            2 * h,
+            t,
+            h,
+            dg.eps,
+        ))?;
+        let qw = dg.nh * dg.hd;
+        dd.w.q
+            .run(dev, dd.xin.ptr(), 2 * h, dd.q.ptr(), qw, t, false)?;
+        dd.w.k
+            .run(dev, dd.xin.ptr(), 2 * h, dd.k.ptr(), kvw, t, false)?;
+        dd.w.v
+            .run(dev, dd.xin.ptr(), 2 * h, dd.v.ptr(), kvw, t, false)?;
+        e(ops::rope(
+            dev,
+            dd.q.ptr(),
+            t,
+            dg.nh,
+            qw,
+            dg.hd,
+            0,
+            dg.hd,
+            dd.cos.ptr(),
+            dd.sin.ptr(),
+            false,
+        ))?;
+        e(ops::rope(
+            dev,
+            dd.k.ptr(),
+            t,
+            dg.nkv,
+            kvw,
+            dg.hd,
+            0,
+            dg.hd,
+            dd.cos.ptr(),
+            dd.sin.ptr(),
+            false,
+        ))?;
+        let geom = AttnGeom {
+            t,
+            heads: dg.nh,
+            group: dg.nh / dg.nkv,
+            ldq_tok: qw,
+            ldq_head: dg.hd,
+            dk: dg.hd,
+            dv: dg.hd,
+            khs: dg.hd,
+            ldout_tok: qw,
+            ldout_head: dg.hd,
+            scale: 1.0 / (dg.hd as f32).sqrt(),
+            max_keys: g.max_ctx,
+        };
+        e(ops::attention(
+            dev,
+            &geom,
+            dd.q.ptr(),
+            KvSrc {
+                k: dd.cache_k.ptr(),
+                v: dd.cache_v.ptr(),
+                ld: kvw,
+            },
+            KvSrc {
+                k: dd.pool_k.ptr(),
+                v: dd.pool_v.ptr(),
+                ld: kvw,
+            },
+            KvSrc {
+                k: dd.k.ptr(),
+                v: dd.v.ptr(),
+                ld: kvw,
+            },
+            dd.meta.ptr(),
+            dd.mask.ptr(),
+            dd.extras.ptr(),
+            dd.scores.ptr(),
+            dd.attn.ptr(),
+        ))?;
+        // res = hid + o(attn); post norm; MLP; res += mlp; final norm; lm_head
+        dev.copy_d2d(dd.res.ptr(), dd.hid.ptr(), t * h * 4)
+            .map_err(cerr)?;
+        dd.w.o
+            .run(dev, dd.attn.ptr(), qw, dd.normed.ptr(), h, t, false)?;
+        e(ops::add(dev, dd.res.ptr(), dd.normed.ptr(), t * h))?;
+        e(ops::rmsnorm(
+            dev,
+            dd.res.ptr(),
+            h,
+            dd.w.post_norm.ptr(),
+            dd.hn.ptr(),
+            h,
+            t,
+            h,
+            dg.eps,
+        ))?;
+        let di = dg.inter;
+        dd.w.gate
+            .run(dev, dd.hn.ptr(), h, dd.gg.ptr(), di, t, false)?;
+        dd.w.up
+            .run(dev, dd.hn.ptr(), h, dd.uu.ptr(), di, t, false)?;
+        e(ops::silu_mul(
+            dev,
+            dd.gg.ptr(),
+            dd.uu.ptr(),
+            dd.act.ptr(),
+            t * di,
+        ))?;
+        dd.w.down
+            .run(dev, dd.act.ptr(), di, dd.normed.ptr(), h, t, false)?;
+        e(ops::add(dev, dd.res.ptr(), dd.normed.ptr(), t * h))?;
+        e(ops::rmsnorm(
+            dev,
+            dd.res.ptr(),
+            h,
+            dd.w.norm.ptr(),
+            dd.normed.ptr(),
+            h,
+            t,
+            h,
+            dg.eps,
+        ))?;
+        dd.w.lm_head
+            .run(dev, dd.normed.ptr(), h, dd.logits.ptr(), dg.dv, t, false)?;
+        let logits = rd_f32(dev, &dd.logits, 0, t * dg.dv)?;
+        let aux = rd_f32(dev, &dd.res, 0, t * h)?;
+        Ok(segs
+            .iter()
+            .zip(&offs)
+            .map(|(s, &o)| {
+                let n = s.tokens.len();
+                GpuDraftOut {
+                    logits: logits[o * dg.dv..(o + n) * dg.dv].to_vec(),
+                    aux: aux[o * h..(o + n) * h].to_vec(),
+                    row0: o,
+                }
+            })
+            .collect())
+    }
+
+    /// Appends draft pass rows `[row0, row0+n)` to the draft cache of `slot` at `cache_len`.
+    pub fn commit_draft(
+        &mut self,
+        slot: usize,
+        cache_len: usize,
+        row0: usize,
+        n: usize,
+    ) -> Result<()> {
+        let g = &self.g;
+        let dd = self
+            .draft
+            .as_ref()
+            .ok_or_else(|| EngineError::Invalid("no draft model loaded".into()))?;
+        if cache_len + n > g.max_ctx {
+            return Err(EngineError::Invalid(format!(
+                "draft cache of slot {slot} would exceed max_ctx {}",
+                g.max_ctx
+            )));
+        }
+        let kvw = dd.g.kvw();
+        let dev = &self.ranks[0].dev;
+        let dst = (slot * g.max_ctx + cache_len) * kvw;
+        dev.copy_d2d(dd.cache_k.ptr_at(dst), dd.k.ptr_at(row0 * kvw), n * kvw * 4)
+            .map_err(cerr)?;
+        dev.copy_d2d(dd.cache_v.ptr_at(dst), dd.v.ptr_at(row0 * kvw), n * kvw * 4)
+            .map_err(cerr)?;
+        Ok(())
+    }
+
+    /// Stores draft pass row `row` as candidate `cand` of `slot` in this round's pool.
+    pub fn pool_store(&mut self, slot: usize, cand: usize, row: usize) -> Result<()> {
+        let dd = self
+            .draft
+            .as_ref()
+            .ok_or_else(|| EngineError::Invalid("no draft model loaded".into()))?;
+        if cand >= dd.g.max_cands {
+            return Err(EngineError::Invalid(format!(
+                "draft candidate {cand} >= pool size {}",
+                dd.g.max_cands
+            )));
+        }
+        let kvw = dd.g.kvw();
+        let dev = &self.ranks[0].dev;
+        let dst = (slot * dd.g.max_cands + cand) * kvw;
+        dev.copy_d2d(dd.pool_k.ptr_at(dst), dd.k.ptr_at(row * kvw), kvw * 4)
+            .map_err(cerr)?;
+        dev.copy_d2d(dd.pool_v.ptr_at(dst), dd.v.ptr_at(row * kvw), kvw * 4)
+            .map_err(cerr)?;
+        Ok(())
+    }
+
+    /// Waits for every rank's stream.
+    pub fn sync(&self) -> Result<()> {
+        for r in &self.ranks {
+            r.dev.sync().map_err(cerr)?;
+        }
+        Ok(())
+    }
+}
+
+/// Sum of the ranks' partial outputs (`part`, `[t, h]`) into the residual stream `x`.
+fn reduce_add(g: &Geo, ranks: &[Rank], t: usize) -> Result<()> {
+    let n = t * g.h;
+    if ranks.len() == 1 {
+        let r = &ranks[0];
+        return ops::add(&r.dev, r.b.x.ptr(), r.b.part.ptr(), n).map_err(cerr);
+    }
+    // world > 1: BF16 all-reduce (kbench-cuda's TpComm), then add
+    for r in ranks {
+        ops::to_bf16(&r.dev, r.b.part.ptr(), r.b.partb.ptr(), n).map_err(cerr)?;
+    }
+    comm::group_start().map_err(cerr)?;
+    for r in ranks {
+        r.comm
+            .all_reduce_bf16(&r.dev, r.b.partb.ptr(), n)
+            .map_err(cerr)?;
+    }
+    comm::group_end().map_err(cerr)?;
+    for r in ranks {
+        ops::add_bf16(&r.dev, r.b.x.ptr(), r.b.partb.ptr(), n).map_err(cerr)?;
+    }
+    Ok(())
+}
+
+/// The device part of a target pass over `t` tokens whose metadata is already in the
+/// buffers; logits for `nrows` rows (`gather`: the rows listed in `rows`, else rows 0..nrows).
+/// Only kernel launches, device copies and NCCL calls: graph-capturable (world size 1).
+fn device_forward(g: &Geo, ranks: &[Rank], t: usize, nrows: usize, gather: bool) -> Result<()> {
+    let h = g.h;
+    let hl = g.hl();
+    let (qd, width, rank) = (g.qd(), g.width(), g.rank);
+    let e = |x: kbench_cuda::Result<()>| x.map_err(cerr);
+    for r in ranks {
+        e(ops::embed(
+            &r.dev,
+            r.b.ids.ptr(),
+            r.w.embed.ptr(),
+            g.vocab,
+            h,
+            r.b.x.ptr(),
+            h,
+            t,
+        ))?;
+    }
+    for l in 0..g.layers {
+        for r in ranks {
+            let (d, b, ly) = (&r.dev, &r.b, &r.w.layers[l]);
+            e(ops::rmsnorm(
+                d,
+                b.x.ptr(),
+                h,
+                ly.in_norm.ptr(),
+                b.hn.ptr(),
+                h,
+                t,
+                h,
+                g.eps,
+            ))?;
+            match &ly.q {
+                DQ::LowRank { a, norm, b: qb } => {
+                    let qr = a.out;
+                    a.run(d, b.hn.ptr(), h, b.qa.ptr(), qr, t, false)?;
+                    e(ops::rmsnorm(
+                        d,
+                        b.qa.ptr(),
+                        qr,
+                        norm.ptr(),
+                        b.qa.ptr(),
+                        qr,
+                        t,
+                        qr,
+                        g.eps,
+                    ))?;
+                    qb.run(d, b.qa.ptr(), qr, b.q.ptr(), hl * qd, t, false)?;
+                }
+                DQ::Full(q) => q.run(d, b.hn.ptr(), h, b.q.ptr(), hl * qd, t, false)?,
+            }
+            let kvl = b.kvnew.ptr_at(l * g.max_tokens * width);
+            ly.kv_a.run(d, b.hn.ptr(), h, kvl, width, t, false)?;
+            e(ops::rmsnorm(
+                d,
+                kvl,
+                width,
+                ly.kv_a_norm.ptr(),
+                kvl,
+                width,
+                t,
+                rank,
+                g.eps,
+            ))?;
+            e(ops::rope(
+                d,
+                kvl,
+                t,
+                1,
+                width,
+                0,
+                rank,
+                g.rd,
+                b.cos.ptr(),
+                b.sin.ptr(),
+                true,
+            ))?;
+            e(ops::rope(
+                d,
+                b.q.ptr(),
+                t,
+                hl,
+                hl * qd,
+                qd,
+                g.nope,
+                g.rd,
+                b.cos.ptr(),
+                b.sin.ptr(),
+                true,
+            ))?;
+            e(ops::mla_absorb_q(
+                d,
+                b.q.ptr(),
+                ly.kv_b.ptr(),
+                b.qcat.ptr(),
+                t,
+                hl,
+                g.nope,
+                g.rd,
+                g.vd,
+                rank,
+            ))?;
+            let cache_l = r.cache.ptr_at(l * g.max_batch * g.max_ctx * width);
+            let geom = AttnGeom {
+                t,
+                heads: hl,
+                group: hl,
+                ldq_tok: hl * width,
+                ldq_head: width,
+                dk: width,
+                dv: rank,
+                khs: 0,
+                ldout_tok: hl * rank,
+                ldout_head: rank,
+                scale: g.scale,
+                max_keys: g.max_ctx,
+            };
+            let src = KvSrc {
+                k: cache_l,
+                v: cache_l,
+                ld: width,
+            };
+            let own = KvSrc {
+                k: kvl,
+                v: kvl,
+                ld: width,
+            };
+            e(ops::attention(
+                d,
+                &geom,
+                b.qcat.ptr(),
+                src,
+                src,
+                own,
+                b.meta.ptr(),
+                b.mask.ptr(),
+                b.extras.ptr(),
+                b.scores.ptr(),
+                b.olat.ptr(),
+            ))?;
+            e(ops::mla_absorb_v(
+                d,
+                b.olat.ptr(),
+                ly.kv_b.ptr(),
+                b.ao.ptr(),
+                t,
+                hl,
+                g.nope,
+                g.vd,
+                rank,
+            ))?;
+            ly.o.run(d, b.ao.ptr(), hl * g.vd, b.part.ptr(), h, t, false)?;
+        }
+        reduce_add(g, ranks, t)?;
+        for r in ranks {
+            let (d, b, ly) = (&r.dev, &r.b, &r.w.layers[l]);
+            e(ops::rmsnorm(
+                d,
+                b.x.ptr(),
+                h,
+                ly.post_norm.ptr(),
+                b.hn.ptr(),
+                h,
+                t,
+                h,
+                g.eps,
+            ))?;
+            match &ly.mlp {
+                DMlp::Dense(f) => {
+                    let il = f.gate.out;
+                    f.gate.run(d, b.hn.ptr(), h, b.g.ptr(), il, t, false)?;
+                    f.up.run(d, b.hn.ptr(), h, b.u.ptr(), il, t, false)?;
+                    e(ops::silu_mul(d, b.g.ptr(), b.u.ptr(), b.act.ptr(), t * il))?;
+                    f.down.run(d, b.act.ptr(), il, b.part.ptr(), h, t, false)?;
+                }
+                DMlp::Moe {
+                    router,
+                    bias,
+                    experts: x,
+                    shared,
+                } => {
+                    let route = g.route.ok_or_else(|| {
+                        EngineError::Unsupported("MoE layer without router dims".into())
+                    })?;
+                    let (ne, k, mi) = (g.experts, g.top_k, g.moe_inter);
+                    router.run(d, b.hn.ptr(), h, b.rl.ptr(), ne, t, false)?;
+                    let bias_p = bias.as_ref().map(|bb| bb.ptr()).unwrap_or(0);
+                    e(ops::moe_route(
+                        d,
+                        &route,
+                        b.rl.ptr(),
+                        bias_p,
+                        t,
+                        b.rwork.ptr(),
+                        b.mids.ptr(),
+                        b.mwts.ptr(),
+                    ))?;
+                    let p = t * k;
+                    let (gw, gs) = match &x.gate16 {
+                        Some(w16) => (w16.ptr(), 0),
+                        None => (x.gate.0.ptr(), x.gate.1.ptr()),
+                    };
+                    let (uw, us) = match &x.up16 {
+                        Some(w16) => (w16.ptr(), 0),
+                        None => (x.up.0.ptr(), x.up.1.ptr()),
+                    };
+                    let (dw, ds) = match &x.down16 {
+                        Some(w16) => (w16.ptr(), 0),
+                        None => (x.down.0.ptr(), x.down.1.ptr()),
+                    };
+                    e(ops::moe_lin(
+                        d,
+                        b.hn.ptr(),
+                        h,
+                        k,
+                        b.mids.ptr(),
+                        x.e0,
+                        x.eloc,
+                        x.int4,
+                        gw,
+                        gs,
+                        x.group,
+                        b.mg.ptr(),
+                        mi,
+                        p,
+                        mi,
+                        h,
+                    ))?;
+                    e(ops::moe_lin(
+                        d,
+                        b.hn.ptr(),
+                        h,
+                        k,
+                        b.mids.ptr(),
+                        x.e0,
+                        x.eloc,
+                        x.int4,
+                        uw,
+                        us,
+                        x.group,
+                        b.mu.ptr(),
+                        mi,
+                        p,
+                        mi,
+                        h,
+                    ))?;
+                    e(ops::silu_mul(
+                        d,
+                        b.mg.ptr(),
+                        b.mu.ptr(),
+                        b.mact.ptr(),
+                        p * mi,
+                    ))?;
+                    e(ops::moe_lin(
+                        d,
+                        b.mact.ptr(),
+                        mi,
+                        1,
+                        b.mids.ptr(),
+                        x.e0,
+                        x.eloc,
+                        x.int4,
+                        dw,
+                        ds,
+                        x.group,
+                        b.my.ptr(),
+                        h,
+                        p,
+                        h,
+                        mi,
+                    ))?;
+                    e(ops::moe_combine(
+                        d,
+                        b.my.ptr(),
+                        b.mwts.ptr(),
+                        b.part.ptr(),
+                        t,
+                        k,
+                        h,
+                    ))?;
+                    if let Some(f) = shared {
+                        let il = f.gate.out;
+                        f.gate.run(d, b.hn.ptr(), h, b.g.ptr(), il, t, false)?;
+                        f.up.run(d, b.hn.ptr(), h, b.u.ptr(), il, t, false)?;
+                        e(ops::silu_mul(d, b.g.ptr(), b.u.ptr(), b.act.ptr(), t * il))?;
+                        f.down.run(d, b.act.ptr(), il, b.part.ptr(), h, t, true)?;
+                    }
+                }
+            }
+        }
+        reduce_add(g, ranks, t)?;
+        for (ci, &cl) in g.capture.iter().enumerate() {
+            if cl == l {
+                let r = &ranks[0];
+                let ncap = g.capture.len();
+                e(r.dev.copy2d(
+                    r.b.x.ptr(),
+                    h * 4,
+                    r.b.cap.ptr_at(ci * h),
+                    ncap * h * 4,
+                    h * 4,
+                    t,
+                ))?;
+            }
+        }
+    }
+    for r in ranks {
+        let (d, b) = (&r.dev, &r.b);
+        if gather {
+            e(ops::gather_rows(
+                d,
+                b.x.ptr(),
+                h,
+                b.rows.ptr(),
+                b.xr.ptr(),
+                h,
+                nrows,
+                h,
+            ))?;
+            e(ops::rmsnorm(
+                d,
+                b.xr.ptr(),
+                h,
+                r.w.norm.ptr(),
+                b.xr.ptr(),
+                h,
+                nrows,
+                h,
+                g.eps,
+            ))?;
+        } else {
+            e(ops::rmsnorm(
+                d,
+                b.x.ptr(),
+                h,
+                r.w.norm.ptr(),
+                b.xr.ptr(),
+                h,
+                nrows,
+                h,
+                g.eps,
+            ))?;
+        }
+        r.w.lm_head.run(
+            d,
+            b.xr.ptr(),
+            h,
+            b.logits.ptr(),
+            r.w.lm_head.out,
+            nrows,
+            false,
+        )?;
+    }
+    Ok(())
+}

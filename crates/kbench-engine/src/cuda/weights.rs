@@ -1,0 +1,567 @@
+//! Loading a checkpoint's weights onto the GPU(s), sharded for tensor parallelism.
+//!
+//! Rank `r` of `w` holds: attention heads `[r*H/w, (r+1)*H/w)` (q_b / q_proj rows, kv_b rows,
+//! o_proj columns; q_a, kv_a and the norms replicated), the dense MLP's and shared expert's
+//! intermediate slice (gate / up rows, down columns), routed experts `[r*E/w, (r+1)*E/w)`
+//! (the router is replicated), and a contiguous slice of the vocabulary of lm_head. The token
+//! embedding and the latent KV cache are replicated. The EAGLE-3 draft lives on rank 0.
+
+use kbench_core::arch::{DraftArch, ModelArch};
+use kbench_cuda::{CudaDevice, DBuf};
+
+use super::{cerr, ops};
+use crate::error::{EngineError, Result};
+use crate::st::WeightStore;
+
+/// One linear layer on the device, `[out, inp]` row-major. (Dense linears are BF16 in the
+/// real checkpoints; `Int4` is there for INT4 dense / shared-expert variants.)
+#[allow(dead_code)]
+pub(crate) enum DW {
+    Bf16(DBuf<u16>),
+    Int4 {
+        q: DBuf<u32>,
+        s: DBuf<u16>,
+        group: usize,
+    },
+}
+
+pub(crate) struct DLin {
+    pub out: usize,
+    pub inp: usize,
+    pub w: DW,
+}
+
+impl DLin {
+    /// y[m, :out] (+)= x[m, :inp] W^T (f32 activations).
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &self,
+        dev: &CudaDevice,
+        x: u64,
+        ldx: usize,
+        y: u64,
+        ldy: usize,
+        m: usize,
+        accum: bool,
+    ) -> Result<()> {
+        match &self.w {
+            DW::Bf16(w) => {
+                ops::lin_bf16(dev, x, ldx, w.ptr(), y, ldy, m, self.out, self.inp, accum)
+            }
+            DW::Int4 { q, s, group } => ops::lin_int4(
+                dev,
+                x,
+                ldx,
+                q.ptr(),
+                s.ptr(),
+                *group,
+                y,
+                ldy,
+                m,
+                self.out,
+                self.inp,
+                accum,
+            ),
+        }
+        .map_err(cerr)
+    }
+}
+
+pub(crate) struct DFfn {
+    pub gate: DLin,
+    pub up: DLin,
+    pub down: DLin,
+}
+
+/// This rank's routed experts, stacked: gate/up `[eloc, mi, h]`, down `[eloc, h, mi]`.
+pub(crate) struct Experts {
+    pub e0: usize,
+    pub eloc: usize,
+    pub int4: bool,
+    pub group: usize,
+    pub gate: (DBuf<u32>, DBuf<u16>),
+    pub up: (DBuf<u32>, DBuf<u16>),
+    pub down: (DBuf<u32>, DBuf<u16>),
+    /// BF16 experts (checkpoints without INT4): the same stacks as u16.
+    pub gate16: Option<DBuf<u16>>,
+    pub up16: Option<DBuf<u16>>,
+    pub down16: Option<DBuf<u16>>,
+}
+
+pub(crate) enum DMlp {
+    Dense(DFfn),
+    Moe {
+        router: DLin,
+        bias: Option<DBuf<f32>>,
+        experts: Experts,
+        shared: Option<DFfn>,
+    },
+}
+
+pub(crate) enum DQ {
+    LowRank { a: DLin, norm: DBuf<f32>, b: DLin },
+    Full(DLin),
+}
+
+pub(crate) struct DLayer {
+    pub in_norm: DBuf<f32>,
+    pub post_norm: DBuf<f32>,
+    pub q: DQ,
+    pub kv_a: DLin,
+    pub kv_a_norm: DBuf<f32>,
+    /// kv_b rows of this rank's heads: `[hl * (nope + vd), rank]`.
+    pub kv_b: DBuf<u16>,
+    pub o: DLin,
+    pub mlp: DMlp,
+}
+
+pub(crate) struct RankWeights {
+    pub embed: DBuf<u16>,
+    pub layers: Vec<DLayer>,
+    pub norm: DBuf<f32>,
+    pub lm_head: DLin,
+    /// This rank's vocabulary slice `[v0, v0 + lm_head.out)`.
+    pub v0: usize,
+}
+
+/// The draft head on rank 0.
+pub(crate) struct DraftWeights {
+    pub fc: DLin,
+    pub in_norm: DBuf<f32>,
+    pub hidden_norm: DBuf<f32>,
+    pub q: DLin,
+    pub k: DLin,
+    pub v: DLin,
+    pub o: DLin,
+    pub post_norm: DBuf<f32>,
+    pub gate: DLin,
+    pub up: DLin,
+    pub down: DLin,
+    pub norm: DBuf<f32>,
+    pub lm_head: DLin,
+}
+
+/// Even split of `n` over `w` ranks; errors when it does not divide.
+pub(crate) fn split(n: usize, w: usize, r: usize, what: &str) -> Result<(usize, usize)> {
+    if n % w != 0 {
+        return Err(EngineError::Unsupported(format!(
+            "tensor parallel size {w} does not divide {what} ({n})"
+        )));
+    }
+    Ok((r * n / w, n / w))
+}
+
+/// Vocabulary slice of rank `r` (the last ranks may hold one row fewer).
+pub(crate) fn vocab_slice(v: usize, w: usize, r: usize) -> (usize, usize) {
+    let base = v / w;
+    let extra = v % w;
+    let start = r * base + r.min(extra);
+    (start, base + usize::from(r < extra))
+}
+
+fn up16(dev: &CudaDevice, v: &[u16]) -> Result<DBuf<u16>> {
+    dev.upload(v).map_err(cerr)
+}
+
+fn upf(dev: &CudaDevice, v: &[f32]) -> Result<DBuf<f32>> {
+    dev.upload(v).map_err(cerr)
+}
+
+fn rows<T: Copy>(all: &[T], inp: usize, r0: usize, n: usize) -> Vec<T> {
+    all[r0 * inp..(r0 + n) * inp].to_vec()
+}
+
+fn cols<T: Copy>(all: &[T], out: usize, inp: usize, c0: usize, n: usize) -> Vec<T> {
+    let mut v = Vec::with_capacity(out * n);
+    for r in 0..out {
+        v.extend_from_slice(&all[r * inp + c0..r * inp + c0 + n]);
+    }
+    v
+}
+
+/// BF16 linear `name.weight` `[out, inp]`, rows `[r0, r0+nr)` and columns `[c0, c0+nc)`.
+#[allow(clippy::too_many_arguments)]
+fn lin_slice(
+    dev: &CudaDevice,
+    ws: &WeightStore,
+    name: &str,
+    out: usize,
+    inp: usize,
+    r0: usize,
+    nr: usize,
+    c0: usize,
+    nc: usize,
+) -> Result<DLin> {
+    let w = ws.bf16s(&format!("{name}.weight"), &[out, inp])?;
+    let all = w.as_slice();
+    let v = if nc == inp {
+        rows(all, inp, r0, nr)
+    } else {
+        cols(&rows(all, inp, r0, nr), nr, inp, c0, nc)
+    };
+    Ok(DLin {
+        out: nr,
+        inp: nc,
+        w: DW::Bf16(up16(dev, &v)?),
+    })
+}
+
+fn lin_full(
+    dev: &CudaDevice,
+    ws: &WeightStore,
+    name: &str,
+    out: usize,
+    inp: usize,
+) -> Result<DLin> {
+    lin_slice(dev, ws, name, out, inp, 0, out, 0, inp)
+}
+
+fn norm(dev: &CudaDevice, ws: &WeightStore, name: &str, n: usize) -> Result<DBuf<f32>> {
+    upf(dev, &ws.f32s(&format!("{name}.weight"), &[n])?)
+}
+
+fn ffn(
+    dev: &CudaDevice,
+    ws: &WeightStore,
+    prefix: &str,
+    inter: usize,
+    h: usize,
+    w: usize,
+    r: usize,
+) -> Result<DFfn> {
+    let (i0, il) = split(inter, w, r, &format!("{prefix} intermediate size"))?;
+    Ok(DFfn {
+        gate: lin_slice(
+            dev,
+            ws,
+            &format!("{prefix}.gate_proj"),
+            inter,
+            h,
+            i0,
+            il,
+            0,
+            h,
+        )?,
+        up: lin_slice(
+            dev,
+            ws,
+            &format!("{prefix}.up_proj"),
+            inter,
+            h,
+            i0,
+            il,
+            0,
+            h,
+        )?,
+        down: lin_slice(
+            dev,
+            ws,
+            &format!("{prefix}.down_proj"),
+            h,
+            inter,
+            0,
+            h,
+            i0,
+            il,
+        )?,
+    })
+}
+
+/// Stacks one projection of the local experts.
+#[allow(clippy::too_many_arguments)]
+fn stack(
+    dev: &CudaDevice,
+    ws: &WeightStore,
+    mp: &str,
+    proj: &str,
+    e0: usize,
+    eloc: usize,
+    out: usize,
+    inp: usize,
+    group: usize,
+    int4: bool,
+) -> Result<((DBuf<u32>, DBuf<u16>), Option<DBuf<u16>>)> {
+    if int4 {
+        let (nq, ns) = (out * inp / 8, out * inp / group);
+        let q = dev.alloc::<u32>(eloc * nq).map_err(cerr)?;
+        let s = dev.alloc::<u16>(eloc * ns).map_err(cerr)?;
+        for j in 0..eloc {
+            let name = format!("{mp}.experts.{}.{proj}", e0 + j);
+            let wq = ws.words(&format!("{name}.weight_packed"), &[out, inp / 8])?;
+            let sc = ws.bf16s(&format!("{name}.weight_scale"), &[out, inp / group])?;
+            let tq = dev.upload(wq.as_slice()).map_err(cerr)?;
+            let ts = dev.upload(sc.as_slice()).map_err(cerr)?;
+            dev.copy_d2d(q.ptr_at(j * nq), tq.ptr(), nq * 4)
+                .map_err(cerr)?;
+            dev.copy_d2d(s.ptr_at(j * ns), ts.ptr(), ns * 2)
+                .map_err(cerr)?;
+        }
+        Ok(((q, s), None))
+    } else {
+        let n = out * inp;
+        let b = dev.alloc::<u16>(eloc * n).map_err(cerr)?;
+        for j in 0..eloc {
+            let name = format!("{mp}.experts.{}.{proj}.weight", e0 + j);
+            let t = dev
+                .upload(ws.bf16s(&name, &[out, inp])?.as_slice())
+                .map_err(cerr)?;
+            dev.copy_d2d(b.ptr_at(j * n), t.ptr(), n * 2)
+                .map_err(cerr)?;
+        }
+        Ok((
+            (dev.alloc(1).map_err(cerr)?, dev.alloc(1).map_err(cerr)?),
+            Some(b),
+        ))
+    }
+}
+
+/// The target weights of rank `r` of `w`.
+pub(crate) fn load_rank(
+    dev: &CudaDevice,
+    arch: &ModelArch,
+    ws: &WeightStore,
+    w: usize,
+    r: usize,
+) -> Result<RankWeights> {
+    let mla = arch
+        .mla
+        .as_ref()
+        .ok_or_else(|| EngineError::Unsupported("MLA dims missing".into()))?;
+    let h = arch.hidden_size as usize;
+    let heads = arch.num_heads as usize;
+    let (nope, rd, vd, rank) = (
+        mla.qk_nope_head_dim as usize,
+        mla.qk_rope_head_dim as usize,
+        mla.v_head_dim as usize,
+        mla.kv_lora_rank as usize,
+    );
+    let qd = nope + rd;
+    let vocab = arch.vocab_size as usize;
+    let p = &arch.tensor_prefix;
+    let group = arch
+        .quant
+        .as_ref()
+        .map(|q| q.group_size as usize)
+        .unwrap_or(32);
+    let (h0, hl) = split(heads, w, r, "attention heads")?;
+    let embed_w = ws.bf16s(&format!("{p}model.embed_tokens.weight"), &[vocab, h])?;
+    let embed = up16(dev, embed_w.as_slice())?;
+    let mut layers = Vec::with_capacity(arch.num_layers as usize);
+    for l in 0..arch.num_layers {
+        let lp = format!("{p}model.layers.{l}");
+        let a = format!("{lp}.self_attn");
+        let q = match mla.q_lora_rank {
+            Some(qr) => {
+                let qr = qr as usize;
+                DQ::LowRank {
+                    a: lin_full(dev, ws, &format!("{a}.q_a_proj"), qr, h)?,
+                    norm: norm(dev, ws, &format!("{a}.q_a_layernorm"), qr)?,
+                    b: lin_slice(
+                        dev,
+                        ws,
+                        &format!("{a}.q_b_proj"),
+                        heads * qd,
+                        qr,
+                        h0 * qd,
+                        hl * qd,
+                        0,
+                        qr,
+                    )?,
+                }
+            }
+            None => DQ::Full(lin_slice(
+                dev,
+                ws,
+                &format!("{a}.q_proj"),
+                heads * qd,
+                h,
+                h0 * qd,
+                hl * qd,
+                0,
+                h,
+            )?),
+        };
+        let kvb_all = ws.bf16s(
+            &format!("{a}.kv_b_proj.weight"),
+            &[heads * (nope + vd), rank],
+        )?;
+        let kv_b = up16(
+            dev,
+            &rows(kvb_all.as_slice(), rank, h0 * (nope + vd), hl * (nope + vd)),
+        )?;
+        let mlp = if arch.is_moe_layer(l) {
+            let d = arch
+                .moe
+                .clone()
+                .ok_or_else(|| EngineError::Unsupported("MoE dims missing".into()))?;
+            let e = d.n_routed_experts as usize;
+            let mi = d.moe_intermediate_size as usize;
+            let mp = format!("{lp}.mlp");
+            let bias_name = format!("{mp}.gate.e_score_correction_bias");
+            let bias = if ws.contains(&bias_name) {
+                Some(upf(dev, &ws.f32s(&bias_name, &[e])?)?)
+            } else if d.topk_method == "noaux_tc" {
+                return Err(EngineError::MissingTensor {
+                    name: bias_name,
+                    dir: ws.dir.clone(),
+                });
+            } else {
+                None
+            };
+            let (e0, eloc) = split(e, w, r, "routed experts")?;
+            let int4 = ws.contains(&format!("{mp}.experts.0.gate_proj.weight_packed"));
+            if int4 && (h % group != 0 || mi % group != 0 || group % 8 != 0) {
+                return Err(EngineError::Unsupported(format!(
+                    "INT4 experts: hidden {h} / moe_inter {mi} not multiples of group {group}"
+                )));
+            }
+            let (g, g16) = stack(dev, ws, &mp, "gate_proj", e0, eloc, mi, h, group, int4)?;
+            let (u, u16_) = stack(dev, ws, &mp, "up_proj", e0, eloc, mi, h, group, int4)?;
+            let (dn, d16) = stack(dev, ws, &mp, "down_proj", e0, eloc, h, mi, group, int4)?;
+            let shared = if d.n_shared_experts > 0 {
+                Some(ffn(
+                    dev,
+                    ws,
+                    &format!("{mp}.shared_experts"),
+                    mi * d.n_shared_experts as usize,
+                    h,
+                    w,
+                    r,
+                )?)
+            } else {
+                None
+            };
+            DMlp::Moe {
+                router: lin_full(dev, ws, &format!("{mp}.gate"), e, h)?,
+                bias,
+                experts: Experts {
+                    e0,
+                    eloc,
+                    int4,
+                    group,
+                    gate: g,
+                    up: u,
+                    down: dn,
+                    gate16: g16,
+                    up16: u16_,
+                    down16: d16,
+                },
+                shared,
+            }
+        } else {
+            DMlp::Dense(ffn(
+                dev,
+                ws,
+                &format!("{lp}.mlp"),
+                arch.intermediate_size as usize,
+                h,
+                w,
+                r,
+            )?)
+        };
+        layers.push(DLayer {
+            in_norm: norm(dev, ws, &format!("{lp}.input_layernorm"), h)?,
+            post_norm: norm(dev, ws, &format!("{lp}.post_attention_layernorm"), h)?,
+            q,
+            kv_a: lin_full(dev, ws, &format!("{a}.kv_a_proj_with_mqa"), rank + rd, h)?,
+            kv_a_norm: norm(dev, ws, &format!("{a}.kv_a_layernorm"), rank)?,
+            kv_b,
+            o: lin_slice(
+                dev,
+                ws,
+                &format!("{a}.o_proj"),
+                h,
+                heads * vd,
+                0,
+                h,
+                h0 * vd,
+                hl * vd,
+            )?,
+            mlp,
+        });
+    }
+    let (v0, vl) = vocab_slice(vocab, w, r);
+    let lm_head = if arch.tie_word_embeddings && !ws.contains(&format!("{p}lm_head.weight")) {
+        DLin {
+            out: vl,
+            inp: h,
+            w: DW::Bf16(up16(dev, &rows(embed_w.as_slice(), h, v0, vl))?),
+        }
+    } else {
+        lin_slice(dev, ws, &format!("{p}lm_head"), vocab, h, v0, vl, 0, h)?
+    };
+    Ok(RankWeights {
+        embed,
+        layers,
+        norm: norm(dev, ws, &format!("{p}model.norm"), h)?,
+        lm_head,
+        v0,
+    })
+}
+
+/// The EAGLE-3 head (same tensor names as the CPU's draft.rs) and its d2t map.
+pub(crate) fn load_draft(
+    dev: &CudaDevice,
+    arch: &DraftArch,
+    ws: &WeightStore,
+    target_vocab: usize,
+) -> Result<(DraftWeights, Vec<u32>)> {
+    let h = arch.hidden_size as usize;
+    let (nh, nkv, hd) = (
+        arch.num_heads as usize,
+        arch.num_kv_heads as usize,
+        arch.head_dim as usize,
+    );
+    if nkv == 0 || nh % nkv != 0 {
+        return Err(EngineError::ConfigMismatch(format!(
+            "draft: {nh} heads do not group over {nkv} KV heads"
+        )));
+    }
+    let i = arch.intermediate_size as usize;
+    let dv = arch.draft_vocab_size as usize;
+    let ncap = arch.capture_layers.len();
+    let d2t: Vec<u32> = if ws.contains("d2t") {
+        let (shape, off) = ws.ints("d2t")?;
+        if shape != [dv] {
+            return Err(EngineError::Shape {
+                name: "d2t".into(),
+                expected: vec![dv],
+                got: shape,
+            });
+        }
+        let mut v = Vec::with_capacity(dv);
+        for (i, o) in off.iter().enumerate() {
+            let t = i as i64 + o;
+            if t < 0 || t as usize >= target_vocab {
+                return Err(EngineError::ConfigMismatch(format!(
+                    "d2t maps draft id {i} to {t}, outside the target vocabulary"
+                )));
+            }
+            v.push(t as u32);
+        }
+        v
+    } else if dv == target_vocab {
+        (0..dv as u32).collect()
+    } else {
+        return Err(EngineError::MissingTensor {
+            name: "d2t".into(),
+            dir: ws.dir.clone(),
+        });
+    };
+    let w = DraftWeights {
+        fc: lin_full(dev, ws, "fc", h, ncap * h)?,
+        in_norm: norm(dev, ws, "midlayer.input_layernorm", h)?,
+        hidden_norm: norm(dev, ws, "midlayer.hidden_norm", h)?,
+        q: lin_full(dev, ws, "midlayer.self_attn.q_proj", nh * hd, 2 * h)?,
+        k: lin_full(dev, ws, "midlayer.self_attn.k_proj", nkv * hd, 2 * h)?,
+        v: lin_full(dev, ws, "midlayer.self_attn.v_proj", nkv * hd, 2 * h)?,
+        o: lin_full(dev, ws, "midlayer.self_attn.o_proj", h, nh * hd)?,
+        post_norm: norm(dev, ws, "midlayer.post_attention_layernorm", h)?,
+        gate: lin_full(dev, ws, "midlayer.mlp.gate_proj", i, h)?,
+        up: lin_full(dev, ws, "midlayer.mlp.up_proj", i, h)?,
+        down: lin_full(dev, ws, "midlayer.mlp.down_proj", h, i)?,
+        norm: norm(dev, ws, "norm", h)?,
+        lm_head: lin_full(dev, ws, "lm_head", dv, h)?,
+    };
+    Ok((w, d2t))
+}

@@ -1,0 +1,100 @@
+// KBENCH-CUDA-HOOK: remove the next line once lib.rs has `pub mod cuda;` and Cargo.toml depends on kbench-cuda.
+#![cfg(any())]
+//! The `engine` backend on the GPU (`kbench_engine::cuda::CudaEngineBackend`) serves an
+//! experiment like the CPU backend and, with greedy verification, commits the same tokens per
+//! round for every request. Skips ("skipped: no CUDA device") without a GPU; without one, the
+//! backend's constructor must fail cleanly.
+
+use kbench_core::backend::Backend;
+use kbench_core::harness::{run_levels, LoadPlan, NoProgress};
+use kbench_core::spec::load_experiment;
+use kbench_engine::cuda::CudaEngineBackend;
+use kbench_engine::{ensure_tiny_model, EngineBackend};
+
+fn experiment_text(device: &str) -> String {
+    format!(
+        r#"
+name = "engine_cuda_test"
+seed = 7
+[model]
+config = "models/tiny/config.json"
+[hardware]
+preset = "h200"
+[server]
+tp_size = 1
+cuda_graph_max_bs = 4
+[draft]
+config = "models/tiny/draft/config.json"
+[speculative]
+algorithm = "EAGLE3"
+num_steps = 3
+eagle_topk = 2
+num_draft_tokens = 6
+[workload]
+max_tokens = 12
+input_len = 16
+[benchmark]
+concurrency = [1, 3]
+requests_per_level = 4
+warmup_requests = 1
+[backend]
+kind = "engine"
+model_dir = "models/tiny"
+device = "{device}"
+"#
+    )
+}
+
+#[test]
+fn cuda_backend_matches_cpu_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    ensure_tiny_model(&dir.path().join("models/tiny")).unwrap();
+    let load = |device: &str, file: &str| {
+        let path = dir.path().join(file);
+        std::fs::write(&path, experiment_text(device)).unwrap();
+        load_experiment(&path, &[]).unwrap().remove(0).experiment
+    };
+    let gexp = load("cuda:0", "gpu.toml");
+    if kbench_cuda::device::device_count() == 0 {
+        let err = CudaEngineBackend::new(&gexp)
+            .err()
+            .expect("no GPU: constructor must fail");
+        eprintln!("skipped: no CUDA device (constructor error: {err})");
+        assert!(err.to_string().contains("CUDA"), "{err}");
+        return;
+    }
+    let cexp = load("cpu", "cpu.toml");
+    let plan = LoadPlan {
+        seed: cexp.file.seed,
+        concurrency: cexp.concurrency.clone(),
+        requests_per_level: cexp.requests_per_level,
+        warmup_requests: cexp.warmup_requests,
+        max_tokens: cexp.max_tokens,
+        input_len: cexp.input_len,
+    };
+    let mut cpu = EngineBackend::new(&cexp).unwrap();
+    let cpu_levels = run_levels(&mut cpu, &plan, &mut NoProgress).unwrap();
+    let mut gpu = CudaEngineBackend::new(&gexp).unwrap();
+    assert_eq!(gpu.name(), "engine");
+    eprintln!("{}", gpu.describe());
+    let gpu_levels = run_levels(&mut gpu, &plan, &mut NoProgress).unwrap();
+    assert_eq!(cpu_levels.len(), gpu_levels.len());
+    for (c, g) in cpu_levels.iter().zip(&gpu_levels) {
+        let mut cr: Vec<_> = c
+            .records
+            .iter()
+            .map(|r| (r.id, r.round_commits.clone()))
+            .collect();
+        let mut gr: Vec<_> = g
+            .records
+            .iter()
+            .map(|r| (r.id, r.round_commits.clone()))
+            .collect();
+        cr.sort();
+        gr.sort();
+        assert_eq!(cr, gr, "per-request round commits, CPU vs GPU");
+        for r in &g.records {
+            assert_eq!(r.token_times_ns.len(), 12);
+        }
+    }
+}
