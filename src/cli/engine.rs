@@ -30,6 +30,18 @@ pub fn make_engine_backend(exp: &Experiment) -> CliResult<Box<dyn Backend>> {
             exp.file.backend.model_dir = Some(dir.display().to_string());
         }
     }
+    let device = exp
+        .file
+        .backend
+        .device
+        .as_deref()
+        .map(Device::parse)
+        .transpose()
+        .map_err(engine_err)?;
+    if let Some(Device::Cuda(_)) = device {
+        let backend = kbench_engine::CudaEngineBackend::new(&exp).map_err(engine_err)?;
+        return Ok(Box::new(backend));
+    }
     let backend = EngineBackend::new(&exp).map_err(engine_err)?;
     Ok(Box::new(backend))
 }

@@ -35,10 +35,21 @@ impl Device {
     pub fn ensure_available(self) -> Result<()> {
         match self {
             Device::Cpu => Ok(()),
-            Device::Cuda(n) => Err(EngineError::Device(format!(
-                "device cuda:{n}: CUDA path not available in this build/machine \
-                 (the engine's CUDA kernels live in kbench-cuda and are not wired in yet); use device = \"cpu\""
-            ))),
+            Device::Cuda(n) => {
+                let found = kbench_cuda::device::device_count();
+                if (n as usize) < found {
+                    Ok(())
+                } else {
+                    let why = if kbench_cuda::device::driver_present() {
+                        "no such GPU"
+                    } else {
+                        "no CUDA driver found (libcuda.so)"
+                    };
+                    Err(EngineError::Device(format!(
+                        "device cuda:{n}: {why} (found {found} CUDA devices); use device = \"cpu\""
+                    )))
+                }
+            }
         }
     }
 }

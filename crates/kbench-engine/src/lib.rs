@@ -10,6 +10,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod backend;
+pub mod cuda;
 pub mod device;
 pub mod draft;
 pub mod error;
@@ -25,6 +26,7 @@ pub mod target;
 pub mod trace;
 
 pub use backend::EngineBackend;
+pub use cuda::{CudaEngineBackend, CudaModel, CudaOptions};
 pub use device::Device;
 pub use error::{EngineError, Result};
 pub use generate::{generate, GenerateOptions, GenerateResult};

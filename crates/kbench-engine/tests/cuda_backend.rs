@@ -1,5 +1,3 @@
-// KBENCH-CUDA-HOOK: remove the next line once lib.rs has `pub mod cuda;` and Cargo.toml depends on kbench-cuda.
-#![cfg(any())]
 //! The `engine` backend on the GPU (`kbench_engine::cuda::CudaEngineBackend`) serves an
 //! experiment like the CPU backend and, with greedy verification, commits the same tokens per
 //! round for every request. Skips ("skipped: no CUDA device") without a GPU; without one, the

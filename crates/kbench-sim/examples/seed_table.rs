@@ -73,9 +73,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             dt.as_secs_f64() * 1e3
         );
         if explain {
-            println!("{}", backend.explain_prefill(1, 512)?);
+            // Mean context over a 200-token request: the prompt plus ~100 output tokens.
+            let isl = exp.input_len.0;
+            let ctx = isl as f64 + 100.0;
+            for reqs in [1u32, 64] {
+                println!("{}", backend.explain_prefill(reqs, isl)?);
+            }
             for bs in [1u32, 48, 64] {
-                println!("{}", backend.explain_round(bs, 612.0)?);
+                println!("{}", backend.explain_round(bs, ctx)?);
             }
             for f in backend.flagged_queries() {
                 println!("  flagged: {f}");

@@ -104,14 +104,15 @@ pub struct HostSection {
     /// and the launch of the next round), microseconds; part of the round's host work, so at
     /// most `spec_round_us`.
     pub v2_sync_us: Param,
-    /// Output path outside the GPU loop, per output token, microseconds: the detokenizer's
-    /// incremental decode, the tokenizer manager's per-request output handling and HTTP
-    /// streaming, and the client parsing what it receives (single Python processes). It is
-    /// pipelined with the GPU (a token becomes visible to the client when the front end has
-    /// handled it, while the scheduler runs ahead), so it sets a throughput ceiling of
-    /// 1e6 / value tokens/s for the whole server rather than a per-step latency.
+    /// Output path outside the GPU loop, per streamed chunk (one per request per forward that
+    /// commits tokens: a speculative round streams its accepted tokens as one chunk),
+    /// microseconds: the detokenizer's incremental decode, the tokenizer manager's output
+    /// handling and HTTP/SSE streaming, and the client parsing what it receives (single
+    /// Python processes). It is pipelined with the GPU (a chunk becomes visible to the client
+    /// when the front end has handled it, while the scheduler runs ahead), so it sets a
+    /// ceiling of 1e6 / value chunks/s for the whole server rather than a per-step latency.
     #[serde(default = "zero_frontend")]
-    pub frontend_per_token_us: Param,
+    pub frontend_per_chunk_us: Param,
 }
 
 fn zero_frontend() -> Param {
@@ -207,7 +208,7 @@ pub const PARAM_KEYS: &[&str] = &[
     "host.spec_round_us",
     "host.spec_per_request_us",
     "host.v2_sync_us",
-    "host.frontend_per_token_us",
+    "host.frontend_per_chunk_us",
     "efficiency.mem_bw",
     "efficiency.flops",
     "efficiency.in_model",
@@ -328,7 +329,7 @@ impl HardwareProfile {
             "host.spec_round_us" => &self.host.spec_round_us,
             "host.spec_per_request_us" => &self.host.spec_per_request_us,
             "host.v2_sync_us" => &self.host.v2_sync_us,
-            "host.frontend_per_token_us" => &self.host.frontend_per_token_us,
+            "host.frontend_per_chunk_us" => &self.host.frontend_per_chunk_us,
             "efficiency.mem_bw" => &self.efficiency.mem_bw,
             "efficiency.flops" => &self.efficiency.flops,
             "efficiency.in_model" => &self.efficiency.in_model,
@@ -354,7 +355,7 @@ impl HardwareProfile {
             "host.spec_round_us" => &mut self.host.spec_round_us,
             "host.spec_per_request_us" => &mut self.host.spec_per_request_us,
             "host.v2_sync_us" => &mut self.host.v2_sync_us,
-            "host.frontend_per_token_us" => &mut self.host.frontend_per_token_us,
+            "host.frontend_per_chunk_us" => &mut self.host.frontend_per_chunk_us,
             "efficiency.mem_bw" => &mut self.efficiency.mem_bw,
             "efficiency.flops" => &mut self.efficiency.flops,
             "efficiency.in_model" => &mut self.efficiency.in_model,

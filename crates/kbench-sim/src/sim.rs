@@ -7,7 +7,8 @@
 //!
 //! Tokens a forward commits reach the client through the front end (detokenizer, tokenizer
 //! manager + HTTP streaming, the client's own parsing): a FIFO server costing
-//! `host.frontend_per_token_us` per output token, pipelined with the GPU (the scheduler runs
+//! `host.frontend_per_chunk_us` per streamed chunk (one per request per forward that
+//! commits tokens), pipelined with the GPU (the scheduler runs
 //! ahead; SGLang's ZMQ hand-off does not block it). A token is visible when the front end has
 //! handled it; a request is finished for the client when its last token is visible, and the
 //! closed-loop client's next request then arrives during the scheduler's current forward and
@@ -190,12 +191,13 @@ fn fail(e: SimError) -> BackendError {
 }
 
 impl SimSession<'_> {
-    /// The front end handles `tokens` output tokens committed at `self.now` (FIFO, after what
-    /// it already has queued); returns when they become visible to the client.
-    fn deliver(&mut self, tokens: u32) -> Nanos {
-        let per_token_ns = (self.b.cost.profile.host.frontend_per_token_us.value * 1e3).round() as u64;
+    /// The front end handles `chunks` streamed chunks committed at `self.now` (FIFO, after
+    /// what it already has queued); returns when they become visible to the client.
+    fn deliver(&mut self, chunks: u32) -> Nanos {
+        let per_chunk_ns =
+            (self.b.cost.profile.host.frontend_per_chunk_us.value * 1e3).round() as u64;
         let start = self.now.max(self.frontend_free);
-        self.frontend_free = start + per_token_ns * tokens as u64;
+        self.frontend_free = start + per_chunk_ns * chunks as u64;
         self.frontend_free
     }
 
@@ -263,7 +265,8 @@ impl SimSession<'_> {
             };
             commits.push(want.min(r.req.max_tokens - committed));
         }
-        let visible = self.deliver(commits.iter().sum());
+        // One streamed chunk per request: a round's accepted tokens travel together.
+        let visible = self.deliver(commits.len() as u32);
         for (r, &n) in self.running.iter_mut().zip(&commits) {
             r.token_times.extend(std::iter::repeat_n(visible, n as usize));
             // A round that did not speculate (above disable_batch_threshold) is recorded as a

@@ -308,6 +308,30 @@ impl CudaModel {
         Self::from_stores(arch, &ws, darch, dws.as_ref(), opts)
     }
 
+    /// The checkpoint a CPU [`crate::Model`] was loaded from, on the GPU(s): reopens
+    /// `model.dir` (and `draft_dir`, by default `model.dir/draft` when the model has a
+    /// draft). Models built in memory (`build_model`) have no directory: write them with
+    /// `init_model_with` first, or use [`from_stores`](Self::from_stores).
+    pub fn from_model(
+        model: &crate::Model,
+        draft_dir: Option<&Path>,
+        opts: &CudaOptions,
+    ) -> Result<CudaModel> {
+        if !model.dir.join("config.json").exists() {
+            return Err(EngineError::Invalid(format!(
+                "the CUDA path loads checkpoints from disk; {} has no config.json (in-memory model?)",
+                model.dir.display()
+            )));
+        }
+        let default_draft = model.dir.join("draft");
+        let dd = match (draft_dir, &model.draft) {
+            (Some(d), _) => Some(d),
+            (None, Some(_)) => Some(default_draft.as_path()),
+            (None, None) => None,
+        };
+        Self::load(&model.dir, dd, opts)
+    }
+
     /// The same from already opened weight stores.
     pub fn from_stores(
         arch: ModelArch,
