@@ -78,7 +78,11 @@ impl OpTables {
         use std::sync::{Mutex, OnceLock};
         static PARSED: OnceLock<Mutex<BTreeMap<String, OpTables>>> = OnceLock::new();
         let cache = PARSED.get_or_init(|| Mutex::new(BTreeMap::new()));
-        if let Some(t) = cache.lock().ok().and_then(|c| c.get(system).map(OpTables::fresh)) {
+        if let Some(t) = cache
+            .lock()
+            .ok()
+            .and_then(|c| c.get(system).map(OpTables::fresh))
+        {
             return Ok(t);
         }
         let t = Self::parse_embedded(system)?;

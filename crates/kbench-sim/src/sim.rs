@@ -204,8 +204,10 @@ impl SimSession<'_> {
     /// Finished requests the client has seen by now (ordered by id).
     fn delivered(&mut self) -> Vec<RequestRecord> {
         let now = self.now;
-        let (mut done, rest): (Vec<_>, Vec<_>) =
-            self.delivering.drain(..).partition(|r| r.finished_ns() <= now);
+        let (mut done, rest): (Vec<_>, Vec<_>) = self
+            .delivering
+            .drain(..)
+            .partition(|r| r.finished_ns() <= now);
         self.delivering = rest;
         done.sort_by_key(|r| r.id);
         done
@@ -268,7 +270,8 @@ impl SimSession<'_> {
         // One streamed chunk per request: a round's accepted tokens travel together.
         let visible = self.deliver(commits.len() as u32);
         for (r, &n) in self.running.iter_mut().zip(&commits) {
-            r.token_times.extend(std::iter::repeat_n(visible, n as usize));
+            r.token_times
+                .extend(std::iter::repeat_n(visible, n as usize));
             // A round that did not speculate (above disable_batch_threshold) is recorded as a
             // round committing one token, so round commits always sum to tokens - 1.
             if self.b.spec.is_speculative() {
