@@ -22,14 +22,7 @@ fn sweep(c: &mut Criterion) {
     let t = trace::read(exp.trace.as_ref().expect("the file names a trace")).expect("trace reads");
     let acceptance: Arc<dyn AcceptanceModel> =
         Arc::new(TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.spec).unwrap());
-    let plan = LoadPlan {
-        seed: exp.file.seed,
-        concurrency: exp.concurrency.clone(),
-        requests_per_level: exp.requests_per_level,
-        warmup_requests: exp.warmup_requests,
-        max_tokens: exp.max_tokens,
-        input_len: exp.input_len,
-    };
+    let plan = LoadPlan::from_experiment(&exp);
     let run = || {
         let mut backend = SimBackend::new(&exp, Some(acceptance.clone())).unwrap();
         run_levels(&mut backend, &plan, &mut NoProgress).unwrap()

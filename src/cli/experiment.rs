@@ -48,14 +48,7 @@ pub fn run_file(
 fn run_variant(variant: &Variant, quiet: bool) -> CliResult<Report> {
     let exp = &variant.experiment;
     let mut backend = make_backend(exp)?;
-    let plan = LoadPlan {
-        seed: exp.file.seed,
-        concurrency: exp.concurrency.clone(),
-        requests_per_level: exp.requests_per_level,
-        warmup_requests: exp.warmup_requests,
-        max_tokens: exp.max_tokens,
-        input_len: exp.input_len,
-    };
+    let plan = LoadPlan::from_experiment(exp);
     let label = match &variant.name {
         Some(v) => format!("{} [{v}]", exp.file.name),
         None => exp.file.name.clone(),

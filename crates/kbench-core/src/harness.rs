@@ -17,6 +17,20 @@ pub struct LoadPlan {
     pub input_len: (u32, u32),
 }
 
+impl LoadPlan {
+    /// The load an experiment file describes.
+    pub fn from_experiment(exp: &crate::spec::Experiment) -> LoadPlan {
+        LoadPlan {
+            seed: exp.file.seed,
+            concurrency: exp.concurrency.clone(),
+            requests_per_level: exp.requests_per_level,
+            warmup_requests: exp.warmup_requests,
+            max_tokens: exp.max_tokens,
+            input_len: exp.input_len,
+        }
+    }
+}
+
 /// Told about progress so the CLI can draw a bar; the harness itself prints nothing.
 pub trait Progress {
     fn level_started(&mut self, _concurrency: u32, _total_requests: u32) {}

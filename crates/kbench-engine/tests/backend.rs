@@ -45,14 +45,7 @@ model_dir = "models/tiny"
     let mut backend = EngineBackend::new(exp).unwrap();
     assert_eq!(backend.name(), "engine");
     assert!(backend.describe().contains("EAGLE-3 (3, 1, 4)"));
-    let plan = LoadPlan {
-        seed: exp.file.seed,
-        concurrency: exp.concurrency.clone(),
-        requests_per_level: exp.requests_per_level,
-        warmup_requests: exp.warmup_requests,
-        max_tokens: exp.max_tokens,
-        input_len: exp.input_len,
-    };
+    let plan = LoadPlan::from_experiment(exp);
     let levels = run_levels(&mut backend, &plan, &mut NoProgress).unwrap();
     assert_eq!(levels.len(), 2);
     let mut by_id = std::collections::BTreeMap::new();
@@ -87,14 +80,7 @@ fn shipped_engine_tiny_experiment_runs() {
     let exp = &variants[0].experiment;
     assert_eq!(exp.file.backend.kind, "engine");
     let mut backend = EngineBackend::new(exp).unwrap();
-    let plan = LoadPlan {
-        seed: exp.file.seed,
-        concurrency: exp.concurrency.clone(),
-        requests_per_level: exp.requests_per_level,
-        warmup_requests: exp.warmup_requests,
-        max_tokens: exp.max_tokens,
-        input_len: exp.input_len,
-    };
+    let plan = LoadPlan::from_experiment(exp);
     let levels = run_levels(&mut backend, &plan, &mut NoProgress).unwrap();
     for l in &levels {
         assert!(l.records.iter().all(|r| r.token_times_ns.len() == 32));

@@ -62,14 +62,7 @@ fn cuda_backend_matches_cpu_backend() {
         return;
     }
     let cexp = load("cpu", "cpu.toml");
-    let plan = LoadPlan {
-        seed: cexp.file.seed,
-        concurrency: cexp.concurrency.clone(),
-        requests_per_level: cexp.requests_per_level,
-        warmup_requests: cexp.warmup_requests,
-        max_tokens: cexp.max_tokens,
-        input_len: cexp.input_len,
-    };
+    let plan = LoadPlan::from_experiment(&cexp);
     let mut cpu = EngineBackend::new(&cexp).unwrap();
     let cpu_levels = run_levels(&mut cpu, &plan, &mut NoProgress).unwrap();
     let mut gpu = CudaEngineBackend::new(&gexp).unwrap();

@@ -13,14 +13,7 @@ use crate::error::SimError;
 use crate::sim::SimBackend;
 
 pub fn load_plan(exp: &Experiment) -> LoadPlan {
-    LoadPlan {
-        seed: exp.file.seed,
-        concurrency: exp.concurrency.clone(),
-        requests_per_level: exp.requests_per_level,
-        warmup_requests: exp.warmup_requests,
-        max_tokens: exp.max_tokens,
-        input_len: exp.input_len,
-    }
+    LoadPlan::from_experiment(exp)
 }
 
 /// The acceptance model used when no trace model is supplied: synthetic chat-like rates.
