@@ -4,13 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use kbench_core::backend::Backend;
-use kbench_core::seed::rng_for;
 use kbench_core::spec::{variant_files, Experiment, VerifyMethod};
 use kbench_core::trace::{self as ktrace, ProbEncoding, TraceForm};
 use kbench_engine::{
     Device, EngineBackend, GenerateOptions, Model, Preset, SpecSettings, TraceOptions,
 };
-use rand::RngExt;
 
 use super::args::{GenerateArgs, KernelsCommand, ModelCommand, ModelInitArgs, TraceRecordArgs};
 use super::error::{spec_error, CliError, CliResult};
@@ -206,7 +204,6 @@ pub fn generate(a: GenerateArgs) -> CliResult<()> {
 pub fn record_trace(a: TraceRecordArgs) -> CliResult<()> {
     let draft_dir: PathBuf = a.draft.clone().unwrap_or_else(|| a.model.join("draft"));
     let model = Model::load(&a.model, Some(&draft_dir), Device::Cpu).map_err(engine_err)?;
-    let vocab = model.target.arch.vocab_size;
     if a.prompts == 0 || a.prompt_len == 0 {
         return Err(CliError::new(
             exit::INVALID_INPUT,
@@ -214,17 +211,12 @@ pub fn record_trace(a: TraceRecordArgs) -> CliResult<()> {
         ));
     }
     // Prompts are random token ids, reproducible from the seed and the prompt's index.
-    let prompts: Vec<(u64, Vec<u32>)> = (0..a.prompts as u64)
-        .map(|id| {
-            let mut rng = rng_for(a.seed, "prompt", id);
-            (
-                id,
-                (0..a.prompt_len)
-                    .map(|_| rng.random_range(0..vocab))
-                    .collect(),
-            )
-        })
-        .collect();
+    let prompts = kbench_engine::trace::random_prompts(
+        &model,
+        a.seed,
+        a.prompts as usize,
+        a.prompt_len as usize,
+    );
     let opts = TraceOptions {
         depth: a.depth,
         topk: a.topk,

@@ -98,11 +98,41 @@ impl EngineBackend {
 
     /// The prompt of a request: `input_len` token ids from the request's own stream.
     pub fn prompt_for(&self, seed: u64, request: &Request) -> Vec<u32> {
-        let mut rng = rng_for(seed, "prompt", request.id);
-        let v = self.model.target.vocab as u32;
-        (0..request.input_len.max(1))
-            .map(|_| rng.random_range(0..v))
-            .collect()
+        random_prompt(
+            seed,
+            request.id,
+            request.input_len as usize,
+            self.model.target.vocab,
+        )
+    }
+}
+
+/// A prompt of `len` (at least 1) random token ids, a pure function of (seed, id): the CPU
+/// and GPU backends and `trace record` all draw prompts this way, so they serve the same
+/// tokens.
+pub fn random_prompt(seed: u64, id: u64, len: usize, vocab: usize) -> Vec<u32> {
+    let mut rng = rng_for(seed, "prompt", id);
+    (0..len.max(1))
+        .map(|_| rng.random_range(0..vocab as u32))
+        .collect()
+}
+
+/// The speculative part of a backend's one-line description.
+pub(crate) fn describe_spec(spec: Option<&SpecSettings>, spec_v2: bool, v2_note: &str) -> String {
+    match spec {
+        Some(s) => format!(
+            "EAGLE-3 ({}, {}, {}) {} verification{}",
+            s.num_steps,
+            s.eagle_topk,
+            s.num_draft_tokens,
+            match s.verify {
+                VerifyMethod::Greedy => "greedy",
+                VerifyMethod::TargetOnly => "target-only sampling",
+                VerifyMethod::Exact => "exact sampling",
+            },
+            if spec_v2 { v2_note } else { "" }
+        ),
+        None => "plain decoding".into(),
     }
 }
 
@@ -112,25 +142,11 @@ impl Backend for EngineBackend {
     }
 
     fn describe(&self) -> String {
-        let what = match &self.spec {
-            Some(s) => format!(
-                "EAGLE-3 ({}, {}, {}) {} verification{}",
-                s.num_steps,
-                s.eagle_topk,
-                s.num_draft_tokens,
-                match s.verify {
-                    VerifyMethod::Greedy => "greedy",
-                    VerifyMethod::TargetOnly => "target-only sampling",
-                    VerifyMethod::Exact => "exact sampling",
-                },
-                if self.spec_v2 {
-                    ", v2 (same tokens; overlap not modelled on CPU)"
-                } else {
-                    ""
-                }
-            ),
-            None => "plain decoding".into(),
-        };
+        let what = describe_spec(
+            self.spec.as_ref(),
+            self.spec_v2,
+            ", v2 (same tokens; overlap not modelled on CPU)",
+        );
         format!(
             "kbench engine on {} ({}), {what}, wall-clock times",
             self.model.device,

@@ -35,14 +35,11 @@ pub struct TraceOptions {
 /// `count` prompts of `len` random token ids, ids 0..count, drawn as the engine backend
 /// draws its prompts (`rng_for(seed, "prompt", id)`).
 pub fn random_prompts(model: &Model, seed: u64, count: usize, len: usize) -> Vec<(u64, Vec<u32>)> {
-    use rand::RngExt;
-    let v = model.target.vocab as u32;
     (0..count as u64)
         .map(|id| {
-            let mut rng = kbench_core::seed::rng_for(seed, "prompt", id);
             (
                 id,
-                (0..len.max(1)).map(|_| rng.random_range(0..v)).collect(),
+                crate::backend::random_prompt(seed, id, len, model.target.vocab),
             )
         })
         .collect()

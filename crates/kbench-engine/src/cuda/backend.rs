@@ -7,11 +7,8 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use rand::RngExt;
-
 use kbench_core::backend::{Backend, BackendError, Nanos, Request, RequestRecord, Session};
-use kbench_core::seed::rng_for;
-use kbench_core::spec::{Experiment, VerifyMethod};
+use kbench_core::spec::Experiment;
 
 use super::model::CudaModel;
 use super::spec::{decode_step, prefill, spec_round, GpuSequence};
@@ -86,11 +83,12 @@ impl CudaEngineBackend {
 
     /// The prompt of a request: the same ids as the CPU backend's `prompt_for`.
     pub fn prompt_for(&self, seed: u64, request: &Request) -> Vec<u32> {
-        let mut rng = rng_for(seed, "prompt", request.id);
-        let v = self.model.vocab() as u32;
-        (0..request.input_len.max(1))
-            .map(|_| rng.random_range(0..v))
-            .collect()
+        crate::backend::random_prompt(
+            seed,
+            request.id,
+            request.input_len as usize,
+            self.model.vocab(),
+        )
     }
 }
 
@@ -100,25 +98,11 @@ impl Backend for CudaEngineBackend {
     }
 
     fn describe(&self) -> String {
-        let what = match &self.spec {
-            Some(s) => format!(
-                "EAGLE-3 ({}, {}, {}) {} verification{}",
-                s.num_steps,
-                s.eagle_topk,
-                s.num_draft_tokens,
-                match s.verify {
-                    VerifyMethod::Greedy => "greedy",
-                    VerifyMethod::TargetOnly => "target-only sampling",
-                    VerifyMethod::Exact => "exact sampling",
-                },
-                if self.spec_v2 {
-                    ", v2 (same tokens; overlap not implemented)"
-                } else {
-                    ""
-                }
-            ),
-            None => "plain decoding".into(),
-        };
+        let what = crate::backend::describe_spec(
+            self.spec.as_ref(),
+            self.spec_v2,
+            ", v2 (same tokens; overlap not implemented)",
+        );
         format!(
             "kbench engine on {} (tp {}, {}), {what}, wall-clock times",
             self.model.devices().join(", "),
