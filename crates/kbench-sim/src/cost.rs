@@ -372,28 +372,7 @@ impl CostModel {
                 p.all_reduce(t as f64 * h as f64, why)?,
                 1,
             );
-            let vocab = d.draft_vocab_size;
-            acc.add(
-                "lm_head",
-                1.0,
-                p.gemm(logit_rows, vocab.div_ceil(tp), h, why)?,
-                1,
-            );
-            acc.add(
-                "logits_all_gather",
-                1.0,
-                p.all_gather(logit_rows as f64 * vocab as f64, why)?,
-                1,
-            );
-            acc.add(
-                "sampling",
-                1.0,
-                (
-                    p.elementwise(logit_rows as f64 * vocab as f64 * 4.0),
-                    Source::Roofline,
-                ),
-                2,
-            );
+            add_logits_head(acc, &p, logit_rows, d.draft_vocab_size, h, tp, why)?;
             return Ok(());
         }
 
@@ -622,28 +601,7 @@ impl CostModel {
             (p.elementwise(act_bytes), Source::Roofline),
             1,
         );
-        let vocab = m.vocab_size;
-        acc.add(
-            "lm_head",
-            1.0,
-            p.gemm(logit_rows, vocab.div_ceil(tp), h, why)?,
-            1,
-        );
-        acc.add(
-            "logits_all_gather",
-            1.0,
-            p.all_gather(logit_rows as f64 * vocab as f64, why)?,
-            1,
-        );
-        acc.add(
-            "sampling",
-            1.0,
-            (
-                p.elementwise(logit_rows as f64 * vocab as f64 * 4.0),
-                Source::Roofline,
-            ),
-            2,
-        );
+        add_logits_head(acc, &p, logit_rows, m.vocab_size, h, tp, why)?;
         Ok(())
     }
 
@@ -861,4 +819,32 @@ fn combine_round(gpu: f64, host: f64, combine: &str, sync: f64) -> f64 {
 
 fn to_ns(us: f64) -> u64 {
     (us * 1e3).round().max(1.0) as u64
+}
+
+/// lm_head over a vocabulary sharded across TP, the logits all-gather and sampling / top-k:
+/// priced alike for the target and the draft head.
+fn add_logits_head(
+    acc: &mut Acc,
+    p: &Pricer,
+    rows: u32,
+    vocab: u32,
+    hidden: u32,
+    tp: u32,
+    why: &str,
+) -> Result<(), SimError> {
+    acc.add(
+        "lm_head",
+        1.0,
+        p.gemm(rows, vocab.div_ceil(tp), hidden, why)?,
+        1,
+    );
+    let logits = rows as f64 * vocab as f64;
+    acc.add("logits_all_gather", 1.0, p.all_gather(logits, why)?, 1);
+    acc.add(
+        "sampling",
+        1.0,
+        (p.elementwise(logits * 4.0), Source::Roofline),
+        2,
+    );
+    Ok(())
 }
