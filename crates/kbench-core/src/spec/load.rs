@@ -126,8 +126,7 @@ fn parse_table(table: &toml::Table, path: &Path) -> Result<ExperimentFile, SpecE
 
 impl ExperimentFile {
     fn deserialize_table(table: &toml::Table) -> Result<ExperimentFile, toml::de::Error> {
-        let text = toml::to_string(table).expect("a parsed TOML table serializes");
-        toml::from_str(&text)
+        toml::Value::Table(table.clone()).try_into()
     }
 }
 
