@@ -1,11 +1,15 @@
 //! Timings on the GPU with CUDA events: ceilings measured in the same run (device-to-device copy
 //! bandwidth, cuBLAS BF16 GEMM), kernel cases beside SGLang's H200 numbers (aiconfigurator
-//! h200_sxm CSVs, embedded below), and a full-width Kimi-K2.5-like layer stack (MLA attention +
-//! INT4 MoE per layer, random weights) for decode and verify, written as a calibration profile.
+//! h200_sxm CSVs, embedded below; the BF16 linears both on the own kernel and on cuBLAS), and a
+//! full-width Kimi-K2.5-like layer stack (MLA attention + INT4 MoE per layer, random weights,
+//! dense projections on cuBLAS where it loads) for decode and verify, written as a calibration
+//! profile.
 
 use crate::bf16;
+use crate::blas::Blas;
 use crate::device::{CudaDevice, DBuf};
-use crate::error::{CudaError, Result};
+use crate::error::Result;
+use crate::linear::Linear;
 use crate::ops::{self, MlaShape, MoeConfig, MoeScratch, MoeWeights};
 use crate::selftest::Rand;
 use std::fmt::Write as _;
@@ -120,60 +124,36 @@ pub fn copy_bandwidth(dev: &CudaDevice) -> Result<f64> {
     Ok(2.0 * n as f64 / (ms * 1e-3) / 1e9)
 }
 
-/// cuBLAS BF16 GEMM n^3 (f32 compute) on random data, TFLOP/s. Err if libcublas is not loadable.
+/// cuBLAS BF16 GEMM n^3 (f32 compute) on random data through [`Blas`], TFLOP/s.
+/// `CudaError::Cublas` if libcublas is not loadable.
 pub fn cublas_bf16_tflops(dev: &CudaDevice, n: usize) -> Result<f64> {
-    use cudarc::cublas::sys as cb;
-    if !unsafe { cb::is_culib_present() } {
-        return Err(CudaError::Cublas(
-            "libcublas not loadable (add its directory to LD_LIBRARY_PATH)".into(),
-        ));
-    }
+    let blas = Blas::new(dev)?;
     let mut rng = Rand::new(7);
     let a = rand_bf16(dev, &mut rng, n * n, 1.0)?;
     let b = rand_bf16(dev, &mut rng, n * n, 1.0)?;
     let c = dev.alloc::<u16>(n * n)?;
-    let mut h: cb::cublasHandle_t = std::ptr::null_mut();
-    let st = unsafe { cb::cublasCreate_v2(&mut h) };
-    if st != cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-        return Err(CudaError::Cublas(format!("cublasCreate: {st:?}")));
-    }
-    unsafe { cb::cublasSetStream_v2(h, dev.stream.cu_stream() as cb::cudaStream_t) };
-    let (alpha, beta) = (1.0f32, 0.0f32);
-    let run = || -> Result<()> {
-        let st = unsafe {
-            cb::cublasGemmEx(
-                h,
-                cb::cublasOperation_t::CUBLAS_OP_N,
-                cb::cublasOperation_t::CUBLAS_OP_N,
-                n as i32,
-                n as i32,
-                n as i32,
-                &alpha as *const f32 as *const _,
-                a.ptr() as *const _,
-                cb::cudaDataType::CUDA_R_16BF,
-                n as i32,
-                b.ptr() as *const _,
-                cb::cudaDataType::CUDA_R_16BF,
-                n as i32,
-                &beta as *const f32 as *const _,
-                c.ptr() as *mut _,
-                cb::cudaDataType::CUDA_R_16BF,
-                n as i32,
-                cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                cb::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
-            )
-        };
-        if st != cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-            return Err(CudaError::Cublas(format!("cublasGemmEx: {st:?}")));
-        }
-        Ok(())
+    let run = || {
+        blas.bf16_linear(
+            a.ptr(),
+            n,
+            0,
+            b.ptr(),
+            n,
+            0,
+            c.ptr(),
+            n,
+            0,
+            false,
+            n,
+            n,
+            n,
+            1,
+        )
     };
     for _ in 0..3 {
         run()?;
     }
-    let ms = dev.time_ms(10, run);
-    unsafe { cb::cublasDestroy_v2(h) };
-    let ms = ms?;
+    let ms = dev.time_ms(10, run)?;
     Ok(2.0 * (n as f64).powi(3) / (ms * 1e-3) / 1e12)
 }
 
@@ -234,7 +214,9 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
             }),
         });
     }
-    // BF16 linear beside torch's
+    // BF16 linear beside torch's: the own kernel, then cuBLAS at the same shape on the same
+    // rotated weights (no cuBLAS rows where it is not loadable; kernel_table says why)
+    let blas = Blas::new(dev).ok().map(std::rc::Rc::new);
     for &(m, n, k, r) in SGLANG_BF16_GEMM {
         if quick && m != 16 {
             continue;
@@ -245,39 +227,73 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
                 .map(|_| pattern_u16(dev, n * k, BF_PM))
                 .collect::<Result<Vec<_>>>()?,
         );
-        let x = rand_bf16(dev, &mut rng, m * k, 1.0)?;
-        let y = dev.alloc::<u16>(m * n)?;
-        let ws = ws.clone();
-        let mut i = 0usize;
-        let dref: &'a CudaDevice = dev;
-        cases.push(Case {
-            name: format!("bf16_matmul M{m} N{n} K{k}"),
-            bytes: (n * k * 2 + m * k * 2 + m * n * 2) as f64,
-            flops: 2.0 * (m * n * k) as f64,
-            ref_ms: Some(r),
-            ref_name: "torch bf16 linear",
-            run: Box::new(move || {
-                i = (i + 1) % w.len();
-                ops::bf16_matmul(
-                    dref,
-                    x.ptr(),
-                    k,
-                    0,
-                    w[i].ptr(),
-                    k,
-                    0,
-                    y.ptr(),
-                    n,
-                    0,
-                    false,
-                    m,
-                    n,
-                    k,
-                    1,
-                    Some((ws.ptr(), ws.len())),
-                )
-            }),
-        });
+        let x = std::rc::Rc::new(rand_bf16(dev, &mut rng, m * k, 1.0)?);
+        let y = std::rc::Rc::new(dev.alloc::<u16>(m * n)?);
+        let bytes = (n * k * 2 + m * k * 2 + m * n * 2) as f64;
+        let flops = 2.0 * (m * n * k) as f64;
+        {
+            let (w, x, y, ws) = (w.clone(), x.clone(), y.clone(), ws.clone());
+            let mut i = 0usize;
+            let dref: &'a CudaDevice = dev;
+            cases.push(Case {
+                name: format!("bf16_matmul M{m} N{n} K{k}"),
+                bytes,
+                flops,
+                ref_ms: Some(r),
+                ref_name: "torch bf16 linear",
+                run: Box::new(move || {
+                    i = (i + 1) % w.len();
+                    ops::bf16_matmul(
+                        dref,
+                        x.ptr(),
+                        k,
+                        0,
+                        w[i].ptr(),
+                        k,
+                        0,
+                        y.ptr(),
+                        n,
+                        0,
+                        false,
+                        m,
+                        n,
+                        k,
+                        1,
+                        Some((ws.ptr(), ws.len())),
+                    )
+                }),
+            });
+        }
+        if let Some(blas) = &blas {
+            let blas = blas.clone();
+            let mut i = 0usize;
+            cases.push(Case {
+                name: format!("cublas bf16 linear M{m} N{n} K{k}"),
+                bytes,
+                flops,
+                ref_ms: Some(r),
+                ref_name: "torch bf16 linear",
+                run: Box::new(move || {
+                    i = (i + 1) % w.len();
+                    blas.bf16_linear(
+                        x.ptr(),
+                        k,
+                        0,
+                        w[i].ptr(),
+                        k,
+                        0,
+                        y.ptr(),
+                        n,
+                        0,
+                        false,
+                        m,
+                        n,
+                        k,
+                        1,
+                    )
+                }),
+            });
+        }
     }
     // Kimi MoE layer: 384 experts, top-8 (9.5 GB of INT4 weights: no rotation needed)
     let c = MoeConfig::kimi_k25();
@@ -556,7 +572,9 @@ pub struct StackRow {
 }
 
 /// Time `layers` full-width layers for decode (batch b, 1 token each) and verify (4 tokens each,
-/// a chain tree mask) with `context` cached tokens per request. Returns (table, rows, TOML profile).
+/// a chain tree mask) with `context` cached tokens per request. The dense BF16 projections run
+/// on cuBLAS when it loads, else on the own kernel; the table header and the profile's
+/// `[stack] dense_linears` ("cublas" / "own") say which. Returns (table, rows, TOML profile).
 pub fn layer_stack(
     dev: &CudaDevice,
     layers: usize,
@@ -615,6 +633,14 @@ pub fn layer_stack(
     let sc = MoeScratch::new(dev, &c, tmax)?;
     let ws = dev.alloc::<f32>(64 << 20)?;
     let wso = Some((ws.ptr(), ws.len()));
+    // the dense projections go through cuBLAS when it loads; the absorbed W_UK / W_UV batched
+    // matmuls and the f32 router stay on the own kernel either way
+    let blas = Blas::new(dev);
+    let lin = Linear::pick(blas.as_ref().ok(), wso);
+    let lin_note = match &blas {
+        Ok(b) => format!("cuBLAS ({})", b.version),
+        Err(e) => format!("own bf16_matmul ({})", e.to_string().replace('\n', " ")),
+    };
     let yarn = crate::reference::Yarn::kimi_k25();
     let (inv, msc) = crate::reference::yarn_inv_freq(&yarn, 64);
     let dinv = dev.upload(&inv)?;
@@ -680,7 +706,7 @@ pub fn layer_stack(
                         HID,
                         1e-6,
                     )?;
-                    ops::bf16_matmul(
+                    lin.run(
                         dev,
                         xn.ptr(),
                         HID,
@@ -696,7 +722,6 @@ pub fn layer_stack(
                         QLR,
                         HID,
                         1,
-                        wso,
                     )?;
                     ops::rmsnorm(
                         dev,
@@ -712,7 +737,7 @@ pub fn layer_stack(
                         QLR,
                         1e-6,
                     )?;
-                    ops::bf16_matmul(
+                    lin.run(
                         dev,
                         qa.ptr(),
                         QLR,
@@ -728,9 +753,8 @@ pub fn layer_stack(
                         NH * QK,
                         QLR,
                         1,
-                        wso,
                     )?;
-                    ops::bf16_matmul(
+                    lin.run(
                         dev,
                         xn.ptr(),
                         HID,
@@ -746,7 +770,6 @@ pub fn layer_stack(
                         D576,
                         HID,
                         1,
-                        wso,
                     )?;
                     ops::rmsnorm(
                         dev,
@@ -850,7 +873,7 @@ pub fn layer_stack(
                         NH,
                         wso,
                     )?;
-                    ops::bf16_matmul(
+                    lin.run(
                         dev,
                         av.ptr(),
                         NH * VH,
@@ -866,7 +889,6 @@ pub fn layer_stack(
                         HID,
                         NH * VH,
                         1,
-                        wso,
                     )?;
                     ops::rmsnorm(
                         dev,
@@ -901,7 +923,7 @@ pub fn layer_stack(
                         wso,
                     )?;
                     ops::moe_route(dev, &c, logits.ptr(), l.moe.bias.ptr(), t, &sc)?;
-                    ops::bf16_matmul(
+                    lin.run(
                         dev,
                         xn.ptr(),
                         HID,
@@ -917,10 +939,9 @@ pub fn layer_stack(
                         2 * SHI,
                         HID,
                         1,
-                        wso,
                     )?;
                     ops::swiglu(dev, shgu.ptr(), 2 * SHI, shact.ptr(), SHI, t, SHI)?;
-                    ops::bf16_matmul(
+                    lin.run(
                         dev,
                         shact.ptr(),
                         SHI,
@@ -936,7 +957,6 @@ pub fn layer_stack(
                         HID,
                         SHI,
                         1,
-                        wso,
                     )?;
                     ops::moe_experts(
                         dev,
@@ -984,6 +1004,7 @@ pub fn layer_stack(
         }
     }
     let _ = writeln!(table_s, "layer stack: {layers} full-width Kimi-K2.5 layers (MLA + INT4 MoE 384/top-8 + shared expert), context {context}, page {ps}");
+    let _ = writeln!(table_s, "dense BF16 linears (q_a, q_b, kv_a, o_proj, shared expert): {lin_note}; absorbed W_UK / W_UV and router: own bf16_matmul");
     let _ = writeln!(
         table_s,
         "{:<7} {:>5} {:>6} {:>10} {:>12} {:>6} {:>8}",
@@ -1002,17 +1023,62 @@ pub fn layer_stack(
             r.active_experts
         );
     }
+    let meta = StackMeta {
+        device_name: dev.name.clone(),
+        compute_capability: dev.cc,
+        sm_count: dev.sm_count,
+        l2_bytes: dev.l2_bytes,
+        total_mem_bytes: dev.total_mem,
+        driver_cuda_version: dev.driver_version,
+        driver: std::env::var("KBENCH_DRIVER_VERSION").unwrap_or_default(),
+        layers,
+        context,
+        page_size: ps,
+        verify_tokens_per_request: q_len_v,
+        dense_linears: lin.name().to_string(),
+        dense_linears_note: lin_note.to_string(),
+        reps,
+    };
+    let toml = stack_profile_toml(&meta, &out_rows);
+    Ok((table_s, out_rows, toml))
+}
+
+/// What a stack profile says about where and how it was measured.
+#[derive(Debug, Clone)]
+pub struct StackMeta {
+    pub device_name: String,
+    pub compute_capability: (i32, i32),
+    pub sm_count: usize,
+    pub l2_bytes: usize,
+    pub total_mem_bytes: usize,
+    pub driver_cuda_version: i32,
+    pub driver: String,
+    pub layers: usize,
+    pub context: usize,
+    pub page_size: usize,
+    pub verify_tokens_per_request: usize,
+    /// `cublas` or `own`.
+    pub dense_linears: String,
+    pub dense_linears_note: String,
+    pub reps: usize,
+}
+
+/// The profile `kbench calibrate-passes` reads (kbench-sim's `passes::StackProfile`); a pure
+/// function so the root crate's tests can check the writer and the reader agree without a GPU.
+pub fn stack_profile_toml(m: &StackMeta, rows: &[StackRow]) -> String {
+    let c = MoeConfig::kimi_k25();
     let mut toml = String::new();
     let _ = writeln!(
         toml,
         "# kbench GPU layer-stack profile, written by kbench-gpu stack (scripts/gpu-check.sh)."
     );
-    let _ = writeln!(toml, "# Per-pass times of `layers` full-width Kimi-K2.5 decoder layers with random weights, CUDA events, median of {reps}.");
+    let _ = writeln!(toml, "# Per-pass times of `layers` full-width Kimi-K2.5 decoder layers with random weights, CUDA events, median of {}.", m.reps);
     let _ = writeln!(toml, "[device]\nname = {:?}\ncompute_capability = \"{}.{}\"\nsm_count = {}\nl2_bytes = {}\ntotal_mem_bytes = {}\ndriver_cuda_version = {}\ndriver = {:?}",
-        dev.name, dev.cc.0, dev.cc.1, dev.sm_count, dev.l2_bytes, dev.total_mem, dev.driver_version, std::env::var("KBENCH_DRIVER_VERSION").unwrap_or_default());
-    let _ = writeln!(toml, "\n[stack]\nmodel = \"kimi-k2.5 slice\"\nlayers = {layers}\nhidden = {HID}\nn_routed_experts = {}\ntop_k = {}\nmoe_intermediate = {}\nheads = {NH}\nkv_lora_rank = {KVL}\ncontext = {context}\npage_size = {ps}\nverify_tokens_per_request = {q_len_v}\nweights = \"random (pattern-filled experts, random router)\"", c.n_experts, c.top_k, c.inter);
-    for r in &out_rows {
-        let _ = writeln!(toml, "\n[[pass]]\nkind = {:?}\nbatch = {}\ntokens = {}\nms = {:.5}\nms_per_layer = {:.5}\ncuda_graph = {}\nactive_experts_last_layer = {}", r.kind, r.batch, r.tokens, r.ms, r.ms / layers as f64, r.graph, r.active_experts);
+        m.device_name, m.compute_capability.0, m.compute_capability.1, m.sm_count, m.l2_bytes, m.total_mem_bytes, m.driver_cuda_version, m.driver);
+    let _ = writeln!(toml, "\n[stack]\nmodel = \"kimi-k2.5 slice\"\nlayers = {}\nhidden = {HID}\nn_routed_experts = {}\ntop_k = {}\nmoe_intermediate = {}\nheads = {NH}\nkv_lora_rank = {KVL}\ncontext = {}\npage_size = {}\nverify_tokens_per_request = {}\nweights = \"random (pattern-filled experts, random router)\"", m.layers, c.n_experts, c.top_k, c.inter, m.context, m.page_size, m.verify_tokens_per_request);
+    let _ = writeln!(toml, "# q_a, q_b, kv_a, o_proj, shared expert gate_up / down: {}; absorbed W_UK / W_UV and the f32 router: own bf16_matmul\ndense_linears = {:?}", m.dense_linears_note, m.dense_linears);
+    for r in rows {
+        let _ = writeln!(toml, "\n[[pass]]\nkind = {:?}\nbatch = {}\ntokens = {}\nms = {:.5}\nms_per_layer = {:.5}\ncuda_graph = {}\nactive_experts_last_layer = {}", r.kind, r.batch, r.tokens, r.ms, r.ms / m.layers as f64, r.graph, r.active_experts);
     }
-    Ok((table_s, out_rows, toml))
+    toml
 }

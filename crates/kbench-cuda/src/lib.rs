@@ -4,7 +4,10 @@
 //!   no GPU and no driver, only libnvrtc (pip `nvidia-cuda-nvrtc`) and the CUDA headers
 //!   (pip `nvidia-cuda-runtime`).
 //! - [`CudaDevice::new`]: a device, or a typed error on machines without a driver / GPU.
-//! - [`ops`]: launch wrappers for every kernel; [`reference`]: f32 CPU references;
+//! - [`ops`]: launch wrappers for every kernel; [`blas::Blas`]: cuBLAS for the dense BF16 linears
+//!   (a handle on the device's stream with its own workspace, graph-capturable);
+//!   [`linear::Linear`]: cuBLAS or the own `bf16_matmul`, picked once; [`reference`]: f32 CPU
+//!   references;
 //!   [`selftest`]: the GPU tests (used by `tests/gpu.rs` and the `kbench-gpu` binary);
 //!   [`bench`]: timings with CUDA events, the layer stack and its calibration profile;
 //!   [`comm`]: tensor-parallel all-reduce (NCCL; world size 1 needs none); [`device::Graph`]:
@@ -19,17 +22,21 @@
 )]
 
 pub mod bench;
+pub mod blas;
 pub mod comm;
 pub mod device;
 pub mod error;
 pub mod kernels;
+pub mod linear;
 pub mod nvrtc;
 pub mod ops;
 pub mod reference;
 pub mod selftest;
 
+pub use blas::Blas;
 pub use device::{CudaDevice, DBuf};
 pub use error::{CudaError, Result};
+pub use linear::Linear;
 
 /// The result of compiling one kernel file for one architecture.
 #[derive(Debug, Clone, PartialEq)]

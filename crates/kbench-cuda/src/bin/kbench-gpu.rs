@@ -60,9 +60,10 @@ fn main() -> ExitCode {
                 "NCCL library present: {}",
                 kbench_cuda::comm::nccl_present()
             );
-            println!("cuBLAS library present: {}", unsafe {
-                cudarc::cublas::sys::is_culib_present()
-            });
+            match kbench_cuda::blas::cublas_status() {
+                Ok(v) => println!("cuBLAS library present: true ({v})"),
+                Err(e) => println!("cuBLAS library present: false ({e})"),
+            }
             ExitCode::SUCCESS
         }
         "check" => {
@@ -173,13 +174,18 @@ fn main() -> ExitCode {
                 println!(
                     "{:<20} {:<4} {:>8.0} ms  {}",
                     r.name,
-                    if r.ok { "ok" } else { "FAIL" },
+                    r.status(),
                     r.millis,
                     r.detail
                 );
                 bad += (!r.ok) as usize;
             }
-            println!("{} of {} GPU tests passed", res.len() - bad, res.len());
+            let skipped = res.iter().filter(|r| r.skipped).count();
+            println!(
+                "{} of {} GPU tests passed ({skipped} skipped)",
+                res.len() - bad,
+                res.len()
+            );
             if bad == 0 {
                 ExitCode::SUCCESS
             } else {
