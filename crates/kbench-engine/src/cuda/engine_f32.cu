@@ -138,6 +138,32 @@ extern "C" __global__ void add_bf16_to_f32(float* dst, const u16* src, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = dst[i] + bf2f(src[i]);
 }
+// The tuned path's SwiGLU: f32 gate / up from the matmuls, bf16 out as the down matmul's input.
+extern "C" __global__ void silu_mul_bf16(const float* g, const float* u, u16* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float a = g[i];
+        out[i] = f2bf(a / (1.0f + expf(-a)) * u[i]);
+    }
+}
+// Tensor parallelism for kbench-cuda's fused MoE, which indexes its weights by expert id: pair
+// p's global id becomes its index among this rank's experts [e0, e0 + eloc), or -1 (skipped by
+// moe_align) for another rank's expert. A skipped pair is never written by moe_down, so its
+// down row still holds an earlier layer's values: zeroing it and its weight makes its term in
+// moe_combine exactly 0 (a stale Inf times 0 would be NaN). One block per pair.
+extern "C" __global__ void moe_local_ids(int* ids, float* wts, float* down, int P, int H, int e0, int eloc) {
+    int p = blockIdx.x;
+    if (p >= P) return;
+    int e = ids[p] - e0;
+    bool local = e >= 0 && e < eloc;
+    __syncthreads();  // every thread has read ids[p] before thread 0 rewrites it
+    if (!local)
+        for (int c = threadIdx.x; c < H; c += blockDim.x) down[(size_t)p * H + c] = 0.f;
+    if (threadIdx.x == 0) {
+        ids[p] = local ? e : -1;
+        if (!local) wts[p] = 0.f;
+    }
+}
 // dst[r, :] = src[idx[r], :]
 extern "C" __global__ void gather_rows(const float* src, int lds, const int* idx, float* dst, int ldd, int cols) {
     int r = blockIdx.x;

@@ -10,11 +10,12 @@ use std::path::Path;
 use kbench_core::arch::{DraftArch, ModelArch};
 use kbench_cuda::comm::{self, TpComm};
 use kbench_cuda::device::GraphCache;
+use kbench_cuda::ops::{self as kops, MoeConfig, MoeScratch, MoeWeights};
 use kbench_cuda::{CudaDevice, DBuf};
 
 use super::ops::{self, AttnGeom, KvSrc, Route};
-use super::weights::{self, DMlp, DraftWeights, RankWeights, DQ};
-use super::{cerr, CudaOptions};
+use super::weights::{self, DFfn, DLin, DMlp, DraftWeights, ExpertW, RankWeights, DQ};
+use super::{cerr, CudaOptions, KernelChoice};
 use crate::error::{EngineError, Result};
 use crate::rope::{yarn_get_mscale, Rope};
 use crate::st::WeightStore;
@@ -37,6 +38,10 @@ pub(crate) struct Geo {
     pub top_k: usize,
     pub moe_inter: usize,
     pub route: Option<Route>,
+    /// Tuned kernels (bf16 activations into kbench-cuda's matmuls and fused MoE).
+    pub tuned: bool,
+    /// kbench-cuda's router configuration over all experts (tuned MoE layers).
+    pub moe_cfg: Option<MoeConfig>,
     pub capture: Vec<usize>,
     pub world: usize,
     pub max_batch: usize,
@@ -91,7 +96,34 @@ struct Bufs {
     xr: DBuf<f32>,
     logits: DBuf<f32>,
     scores: DBuf<f32>,
+    /// Tuned kernels only.
+    t: Option<TunedBufs>,
 }
+
+/// Scratch of the tuned kernels: bf16 copies of the activations that feed them.
+struct TunedBufs {
+    /// `[t, h]`: the normed hidden state (q_a / kv_a / MLP / router / experts input).
+    hnb: DBuf<u16>,
+    /// `[t, max(h, q_lora, hl * vd)]`: input of q_b, o_proj, lm_head.
+    xb: DBuf<u16>,
+    /// `[t, inter]`: SwiGLU output, input of the dense / shared down projections.
+    actb: DBuf<u16>,
+    /// `[t, h]`: the shared expert's output, added by kbench-cuda's `moe_combine`.
+    shb: DBuf<u16>,
+    /// f32 split-K partial sums of the matmuls.
+    ws: DBuf<f32>,
+    moe: Option<MoeScratch>,
+}
+
+impl TunedBufs {
+    fn ws(&self) -> kops::Workspace {
+        Some((self.ws.ptr(), self.ws.len()))
+    }
+}
+
+/// Split-K workspace of the tuned matmuls, in floats. kbench-cuda lowers the split count to
+/// what fits, so this bounds memory, not correctness.
+const SPLITK_WS: usize = 1 << 22;
 
 pub(crate) struct Rank {
     pub dev: CudaDevice,
@@ -367,6 +399,33 @@ impl CudaModel {
             norm: d.norm_topk_prob,
             scaling: d.routed_scaling_factor as f32,
         });
+        let first_moe = (0..arch.num_layers).find(|&l| arch.is_moe_layer(l));
+        let int4_experts = first_moe.is_some_and(|l| {
+            ws.contains(&format!(
+                "{}model.layers.{l}.mlp.experts.0.gate_proj.weight_packed",
+                arch.tensor_prefix
+            ))
+        });
+        let tuned = opts.kernels.resolve(&arch, world, int4_experts)? == KernelChoice::Tuned;
+        let moe_cfg = match (&arch.moe, tuned) {
+            (Some(d), true) => {
+                let ng = d.n_group.max(1) as usize;
+                let k = d.num_experts_per_tok as usize;
+                Some(MoeConfig {
+                    n_experts: d.n_routed_experts as usize,
+                    top_k: k,
+                    n_group: ng,
+                    // one group: nothing to select (the CPU ignores topk_group then)
+                    topk_group: if ng > 1 { d.topk_group as usize } else { 1 },
+                    // the CPU renormalises only for top-k > 1; moe_route always would
+                    renormalize: d.norm_topk_prob && k > 1,
+                    routed_scaling: d.routed_scaling_factor as f32,
+                    hidden: arch.hidden_size as usize,
+                    inter: d.moe_intermediate_size as usize,
+                })
+            }
+            _ => None,
+        };
         let capture: Vec<usize> = match &darch {
             Some(d) => d.capture_layers.iter().map(|&l| l as usize).collect(),
             None => arch
@@ -395,6 +454,8 @@ impl CudaModel {
                 .map(|d| d.moe_intermediate_size as usize)
                 .unwrap_or(0),
             route,
+            tuned,
+            moe_cfg,
             capture,
             world,
             max_batch: opts.max_batch,
@@ -413,6 +474,12 @@ impl CudaModel {
         }
         for d in &devs {
             d.module(&ops::ENGINE_F32).map_err(cerr)?;
+            if tuned {
+                d.module(&kbench_cuda::kernels::BF16_MATMUL).map_err(cerr)?;
+                if moe_cfg.is_some() {
+                    d.module(&kbench_cuda::kernels::FUSED_MOE).map_err(cerr)?;
+                }
+            }
         }
         let comms: Vec<TpComm> = if world == 1 {
             vec![TpComm::single()]
@@ -422,7 +489,7 @@ impl CudaModel {
         };
         let mut ranks = Vec::with_capacity(world);
         for (r, (dev, comm)) in devs.into_iter().zip(comms).enumerate() {
-            let w = weights::load_rank(&dev, &arch, ws, world, r)?;
+            let w = weights::load_rank(&dev, &arch, ws, world, r, tuned)?;
             let b = Self::alloc_bufs(&dev, &g, &w, r == 0)?;
             let cache = zeros_f32(&dev, g.layers * g.max_batch * g.max_ctx * g.width())?;
             ranks.push(Rank {
@@ -493,6 +560,35 @@ impl CudaModel {
             }
         }
         let p = t * g.top_k.max(1);
+        // buffers only the exact kernels use (tens of MB at Kimi width) shrink to one element
+        let ex = usize::from(!g.tuned);
+        let tb = if g.tuned {
+            let u16z = |n: usize| -> Result<DBuf<u16>> {
+                let b = dev.alloc::<u16>(n.max(1)).map_err(cerr)?;
+                dev.fill_bytes(&b, 0).map_err(cerr)?;
+                Ok(b)
+            };
+            let xw = g.h.max(g.q_lora.unwrap_or(0)).max(hl * g.vd);
+            let moe = match &g.moe_cfg {
+                Some(c) => {
+                    let sc = MoeScratch::new(dev, c, t).map_err(cerr)?;
+                    // pairs of other ranks' experts are zeroed per pass; start from zeros too
+                    dev.fill_bytes(&sc.down, 0).map_err(cerr)?;
+                    Some(sc)
+                }
+                None => None,
+            };
+            Some(TunedBufs {
+                hnb: u16z(t * g.h)?,
+                xb: u16z(t * xw)?,
+                actb: u16z(t * inter)?,
+                shb: u16z(t * g.h)?,
+                ws: f(SPLITK_WS)?,
+                moe,
+            })
+        } else {
+            None
+        };
         Ok(Bufs {
             ids: zeros_i32(dev, t)?,
             meta: zeros_i32(dev, t * 8)?,
@@ -520,20 +616,21 @@ impl CudaModel {
             },
             g: f(t * inter)?,
             u: f(t * inter)?,
-            act: f(t * inter)?,
+            act: f(ex * t * inter)?,
             rl: f(t * g.experts.max(1))?,
-            rwork: f(t * 2 * g.experts.max(1))?,
-            mids: zeros_i32(dev, p)?,
-            mwts: f(p)?,
-            mg: f(p * g.moe_inter.max(1))?,
-            mu: f(p * g.moe_inter.max(1))?,
-            mact: f(p * g.moe_inter.max(1))?,
-            my: f(p * g.h)?,
+            rwork: f(ex * t * 2 * g.experts.max(1))?,
+            mids: zeros_i32(dev, ex * p)?,
+            mwts: f(ex * p)?,
+            mg: f(ex * p * g.moe_inter.max(1))?,
+            mu: f(ex * p * g.moe_inter.max(1))?,
+            mact: f(ex * p * g.moe_inter.max(1))?,
+            my: f(ex * p * g.h)?,
             cap: f(if rank0 { t * g.capture.len() * g.h } else { 1 })?,
             rows: zeros_i32(dev, t)?,
             xr: f(t * g.h)?,
             logits: f(t * w.lm_head.out)?,
             scores: f(t * hl * g.max_ctx)?,
+            t: tb,
         })
     }
 
@@ -601,6 +698,14 @@ impl CudaModel {
     }
     pub fn tp_size(&self) -> usize {
         self.g.world
+    }
+    /// The kernels the target pass runs on (`Exact` or `Tuned`; `Auto` resolved at load).
+    pub fn kernels(&self) -> KernelChoice {
+        if self.g.tuned {
+            KernelChoice::Tuned
+        } else {
+            KernelChoice::Exact
+        }
     }
     pub fn has_draft(&self) -> bool {
         self.draft.is_some()
@@ -1245,17 +1350,272 @@ fn reduce_add(g: &Geo, ranks: &[Rank], t: usize) -> Result<()> {
     for r in ranks {
         ops::to_bf16(&r.dev, r.b.part.ptr(), r.b.partb.ptr(), n).map_err(cerr)?;
     }
-    comm::group_start().map_err(cerr)?;
-    for r in ranks {
-        r.comm
-            .all_reduce_bf16(&r.dev, r.b.partb.ptr(), n)
-            .map_err(cerr)?;
+    reduce_add_bf16(g, ranks, t)
+}
+
+/// The same for partial outputs already in bf16 (`partb`: kbench-cuda's MoE output).
+fn reduce_add_bf16(g: &Geo, ranks: &[Rank], t: usize) -> Result<()> {
+    let n = t * g.h;
+    if ranks.len() > 1 {
+        comm::group_start().map_err(cerr)?;
+        for r in ranks {
+            r.comm
+                .all_reduce_bf16(&r.dev, r.b.partb.ptr(), n)
+                .map_err(cerr)?;
+        }
+        comm::group_end().map_err(cerr)?;
     }
-    comm::group_end().map_err(cerr)?;
     for r in ranks {
         ops::add_bf16(&r.dev, r.b.x.ptr(), r.b.partb.ptr(), n).map_err(cerr)?;
     }
     Ok(())
+}
+
+fn tuned_bufs(b: &Bufs) -> Result<&TunedBufs> {
+    b.t.as_ref()
+        .ok_or_else(|| EngineError::Invalid("tuned kernels without their buffers".into()))
+}
+
+/// Tuned kernels: `hn` (f32, `[t, h]`) rounded to bf16 into `hnb` for the linears that read it.
+fn hn_to_bf16(g: &Geo, r: &Rank, t: usize) -> Result<()> {
+    if !g.tuned {
+        return Ok(());
+    }
+    let tb = tuned_bufs(&r.b)?;
+    ops::to_bf16(&r.dev, r.b.hn.ptr(), tb.hnb.ptr(), t * g.h).map_err(cerr)
+}
+
+/// y (f32, row stride `ldy`) = lin(hn): exact on the f32 `hn`, tuned on its bf16 copy `hnb`.
+fn lin_hn(g: &Geo, r: &Rank, l: &DLin, y: u64, ldy: usize, t: usize) -> Result<()> {
+    if g.tuned {
+        let tb = tuned_bufs(&r.b)?;
+        l.run_tuned(&r.dev, tb.hnb.ptr(), g.h, y, ldy, true, t, tb.ws())
+    } else {
+        l.run(&r.dev, r.b.hn.ptr(), g.h, y, ldy, t, false)
+    }
+}
+
+/// y (f32) = lin(x) for an f32 input `x` of `m` contiguous rows of `l.inp`; the tuned
+/// kernels read a bf16 copy of it in `xb`.
+fn lin_f32(g: &Geo, r: &Rank, l: &DLin, x: u64, y: u64, ldy: usize, m: usize) -> Result<()> {
+    if g.tuned {
+        let tb = tuned_bufs(&r.b)?;
+        ops::to_bf16(&r.dev, x, tb.xb.ptr(), m * l.inp).map_err(cerr)?;
+        l.run_tuned(&r.dev, tb.xb.ptr(), l.inp, y, ldy, true, m, tb.ws())
+    } else {
+        l.run(&r.dev, x, l.inp, y, ldy, m, false)
+    }
+}
+
+/// SwiGLU MLP on `hn` over `t` tokens. Exact: f32 into `part` (added to it with `accum`).
+/// Tuned: f32 into `part` (`bf16_out` false) or bf16 into the shared-expert buffer `shb`
+/// (`bf16_out` true); `accum` is not available there.
+fn ffn_fwd(g: &Geo, r: &Rank, f: &DFfn, t: usize, accum: bool, bf16_out: bool) -> Result<()> {
+    let (d, b, h) = (&r.dev, &r.b, g.h);
+    let il = f.gate.out;
+    lin_hn(g, r, &f.gate, b.g.ptr(), il, t)?;
+    lin_hn(g, r, &f.up, b.u.ptr(), il, t)?;
+    if g.tuned {
+        let tb = tuned_bufs(b)?;
+        if accum {
+            return Err(EngineError::Invalid(
+                "tuned MLP cannot accumulate into its output".into(),
+            ));
+        }
+        ops::silu_mul_bf16(d, b.g.ptr(), b.u.ptr(), tb.actb.ptr(), t * il).map_err(cerr)?;
+        let (y, y_f32) = if bf16_out {
+            (tb.shb.ptr(), false)
+        } else {
+            (b.part.ptr(), true)
+        };
+        f.down
+            .run_tuned(d, tb.actb.ptr(), il, y, h, y_f32, t, tb.ws())
+    } else {
+        ops::silu_mul(d, b.g.ptr(), b.u.ptr(), b.act.ptr(), t * il).map_err(cerr)?;
+        f.down.run(d, b.act.ptr(), il, b.part.ptr(), h, t, accum)
+    }
+}
+
+/// The exact kernels' routed experts: route, per-pair gate / up / down, combine into `part`.
+fn moe_exact(
+    g: &Geo,
+    r: &Rank,
+    router: &DLin,
+    bias: u64,
+    x: &weights::Experts,
+    t: usize,
+) -> Result<()> {
+    let (d, b, h) = (&r.dev, &r.b, g.h);
+    let e = |x: kbench_cuda::Result<()>| x.map_err(cerr);
+    let route = g
+        .route
+        .ok_or_else(|| EngineError::Unsupported("MoE layer without router dims".into()))?;
+    let (ne, k, mi) = (g.experts, g.top_k, g.moe_inter);
+    router.run(d, b.hn.ptr(), h, b.rl.ptr(), ne, t, false)?;
+    e(ops::moe_route(
+        d,
+        &route,
+        b.rl.ptr(),
+        bias,
+        t,
+        b.rwork.ptr(),
+        b.mids.ptr(),
+        b.mwts.ptr(),
+    ))?;
+    let p = t * k;
+    let (int4, (gw, gs), (uw, us), (dw, ds)) = match &x.w {
+        ExpertW::Int4 { gate, up, down } => (
+            true,
+            (gate.0.ptr(), gate.1.ptr()),
+            (up.0.ptr(), up.1.ptr()),
+            (down.0.ptr(), down.1.ptr()),
+        ),
+        ExpertW::Bf16 { gate, up, down } => {
+            (false, (gate.ptr(), 0), (up.ptr(), 0), (down.ptr(), 0))
+        }
+        ExpertW::Fused { .. } => {
+            return Err(EngineError::Invalid(
+                "experts in the fused-MoE layout on the exact kernels".into(),
+            ))
+        }
+    };
+    for (w, s, y) in [(gw, gs, b.mg.ptr()), (uw, us, b.mu.ptr())] {
+        e(ops::moe_lin(
+            d,
+            b.hn.ptr(),
+            h,
+            k,
+            b.mids.ptr(),
+            x.e0,
+            x.eloc,
+            int4,
+            w,
+            s,
+            x.group,
+            y,
+            mi,
+            p,
+            mi,
+            h,
+        ))?;
+    }
+    e(ops::silu_mul(
+        d,
+        b.mg.ptr(),
+        b.mu.ptr(),
+        b.mact.ptr(),
+        p * mi,
+    ))?;
+    e(ops::moe_lin(
+        d,
+        b.mact.ptr(),
+        mi,
+        1,
+        b.mids.ptr(),
+        x.e0,
+        x.eloc,
+        int4,
+        dw,
+        ds,
+        x.group,
+        b.my.ptr(),
+        h,
+        p,
+        h,
+        mi,
+    ))?;
+    e(ops::moe_combine(
+        d,
+        b.my.ptr(),
+        b.mwts.ptr(),
+        b.part.ptr(),
+        t,
+        k,
+        h,
+    ))
+}
+
+/// The tuned routed experts (kbench-cuda's `moe_route` + `moe_experts`) plus the shared
+/// expert, into `partb` (bf16, `[t, h]`).
+fn moe_tuned(
+    g: &Geo,
+    r: &Rank,
+    router: &DLin,
+    bias: u64,
+    x: &weights::Experts,
+    shared: Option<&DFfn>,
+    t: usize,
+) -> Result<()> {
+    let (d, b, h) = (&r.dev, &r.b, g.h);
+    let tb = tuned_bufs(b)?;
+    let cfg = g
+        .moe_cfg
+        .ok_or_else(|| EngineError::Unsupported("MoE layer without router dims".into()))?;
+    let sc = tb
+        .moe
+        .as_ref()
+        .ok_or_else(|| EngineError::Invalid("tuned MoE without its scratch".into()))?;
+    let ExpertW::Fused { w13, s13, w2, s2 } = &x.w else {
+        return Err(EngineError::Invalid(
+            "tuned MoE over experts not in the fused layout".into(),
+        ));
+    };
+    router.run_tuned(
+        d,
+        tb.hnb.ptr(),
+        h,
+        b.rl.ptr(),
+        cfg.n_experts,
+        true,
+        t,
+        tb.ws(),
+    )?;
+    kops::moe_route(d, &cfg, b.rl.ptr(), bias, t, sc).map_err(cerr)?;
+    if x.eloc != cfg.n_experts {
+        ops::moe_local_ids(
+            d,
+            sc.ids.ptr(),
+            sc.wts.ptr(),
+            sc.down.ptr(),
+            t * cfg.top_k,
+            h,
+            x.e0,
+            x.eloc,
+        )
+        .map_err(cerr)?;
+    }
+    let shared_p = match shared {
+        Some(f) => {
+            ffn_fwd(g, r, f, t, false, true)?;
+            tb.shb.ptr()
+        }
+        None => 0,
+    };
+    // this rank's experts only: ids are local after moe_local_ids (or global = local at tp 1)
+    let local = MoeConfig {
+        n_experts: x.eloc,
+        ..cfg
+    };
+    let w = MoeWeights {
+        w13: w13.ptr(),
+        s13: s13.ptr(),
+        w2: w2.ptr(),
+        s2: s2.ptr(),
+    };
+    kops::moe_experts(
+        d,
+        &local,
+        tb.hnb.ptr(),
+        h,
+        t,
+        &w,
+        sc,
+        shared_p,
+        h,
+        b.partb.ptr(),
+        h,
+    )
+    .map_err(cerr)
 }
 
 /// The device part of a target pass over `t` tokens whose metadata is already in the
@@ -1292,10 +1652,11 @@ fn device_forward(g: &Geo, ranks: &[Rank], t: usize, nrows: usize, gather: bool)
                 h,
                 g.eps,
             ))?;
+            hn_to_bf16(g, r, t)?;
             match &ly.q {
                 DQ::LowRank { a, norm, b: qb } => {
                     let qr = a.out;
-                    a.run(d, b.hn.ptr(), h, b.qa.ptr(), qr, t, false)?;
+                    lin_hn(g, r, a, b.qa.ptr(), qr, t)?;
                     e(ops::rmsnorm(
                         d,
                         b.qa.ptr(),
@@ -1307,12 +1668,12 @@ fn device_forward(g: &Geo, ranks: &[Rank], t: usize, nrows: usize, gather: bool)
                         qr,
                         g.eps,
                     ))?;
-                    qb.run(d, b.qa.ptr(), qr, b.q.ptr(), hl * qd, t, false)?;
+                    lin_f32(g, r, qb, b.qa.ptr(), b.q.ptr(), hl * qd, t)?;
                 }
-                DQ::Full(q) => q.run(d, b.hn.ptr(), h, b.q.ptr(), hl * qd, t, false)?,
+                DQ::Full(q) => lin_hn(g, r, q, b.q.ptr(), hl * qd, t)?,
             }
             let kvl = b.kvnew.ptr_at(l * g.max_tokens * width);
-            ly.kv_a.run(d, b.hn.ptr(), h, kvl, width, t, false)?;
+            lin_hn(g, r, &ly.kv_a, kvl, width, t)?;
             e(ops::rmsnorm(
                 d,
                 kvl,
@@ -1411,9 +1772,11 @@ fn device_forward(g: &Geo, ranks: &[Rank], t: usize, nrows: usize, gather: bool)
                 g.vd,
                 rank,
             ))?;
-            ly.o.run(d, b.ao.ptr(), hl * g.vd, b.part.ptr(), h, t, false)?;
+            lin_f32(g, r, &ly.o, b.ao.ptr(), b.part.ptr(), h, t)?;
         }
         reduce_add(g, ranks, t)?;
+        // every rank holds the same kind of layer
+        let moe_bf16 = g.tuned && matches!(ranks[0].w.layers[l].mlp, DMlp::Moe { .. });
         for r in ranks {
             let (d, b, ly) = (&r.dev, &r.b, &r.w.layers[l]);
             e(ops::rmsnorm(
@@ -1427,130 +1790,32 @@ fn device_forward(g: &Geo, ranks: &[Rank], t: usize, nrows: usize, gather: bool)
                 h,
                 g.eps,
             ))?;
+            hn_to_bf16(g, r, t)?;
             match &ly.mlp {
-                DMlp::Dense(f) => {
-                    let il = f.gate.out;
-                    f.gate.run(d, b.hn.ptr(), h, b.g.ptr(), il, t, false)?;
-                    f.up.run(d, b.hn.ptr(), h, b.u.ptr(), il, t, false)?;
-                    e(ops::silu_mul(d, b.g.ptr(), b.u.ptr(), b.act.ptr(), t * il))?;
-                    f.down.run(d, b.act.ptr(), il, b.part.ptr(), h, t, false)?;
-                }
+                DMlp::Dense(f) => ffn_fwd(g, r, f, t, false, false)?,
                 DMlp::Moe {
                     router,
                     bias,
                     experts: x,
                     shared,
                 } => {
-                    let route = g.route.ok_or_else(|| {
-                        EngineError::Unsupported("MoE layer without router dims".into())
-                    })?;
-                    let (ne, k, mi) = (g.experts, g.top_k, g.moe_inter);
-                    router.run(d, b.hn.ptr(), h, b.rl.ptr(), ne, t, false)?;
                     let bias_p = bias.as_ref().map(|bb| bb.ptr()).unwrap_or(0);
-                    e(ops::moe_route(
-                        d,
-                        &route,
-                        b.rl.ptr(),
-                        bias_p,
-                        t,
-                        b.rwork.ptr(),
-                        b.mids.ptr(),
-                        b.mwts.ptr(),
-                    ))?;
-                    let p = t * k;
-                    let (gw, gs) = match &x.gate16 {
-                        Some(w16) => (w16.ptr(), 0),
-                        None => (x.gate.0.ptr(), x.gate.1.ptr()),
-                    };
-                    let (uw, us) = match &x.up16 {
-                        Some(w16) => (w16.ptr(), 0),
-                        None => (x.up.0.ptr(), x.up.1.ptr()),
-                    };
-                    let (dw, ds) = match &x.down16 {
-                        Some(w16) => (w16.ptr(), 0),
-                        None => (x.down.0.ptr(), x.down.1.ptr()),
-                    };
-                    e(ops::moe_lin(
-                        d,
-                        b.hn.ptr(),
-                        h,
-                        k,
-                        b.mids.ptr(),
-                        x.e0,
-                        x.eloc,
-                        x.int4,
-                        gw,
-                        gs,
-                        x.group,
-                        b.mg.ptr(),
-                        mi,
-                        p,
-                        mi,
-                        h,
-                    ))?;
-                    e(ops::moe_lin(
-                        d,
-                        b.hn.ptr(),
-                        h,
-                        k,
-                        b.mids.ptr(),
-                        x.e0,
-                        x.eloc,
-                        x.int4,
-                        uw,
-                        us,
-                        x.group,
-                        b.mu.ptr(),
-                        mi,
-                        p,
-                        mi,
-                        h,
-                    ))?;
-                    e(ops::silu_mul(
-                        d,
-                        b.mg.ptr(),
-                        b.mu.ptr(),
-                        b.mact.ptr(),
-                        p * mi,
-                    ))?;
-                    e(ops::moe_lin(
-                        d,
-                        b.mact.ptr(),
-                        mi,
-                        1,
-                        b.mids.ptr(),
-                        x.e0,
-                        x.eloc,
-                        x.int4,
-                        dw,
-                        ds,
-                        x.group,
-                        b.my.ptr(),
-                        h,
-                        p,
-                        h,
-                        mi,
-                    ))?;
-                    e(ops::moe_combine(
-                        d,
-                        b.my.ptr(),
-                        b.mwts.ptr(),
-                        b.part.ptr(),
-                        t,
-                        k,
-                        h,
-                    ))?;
-                    if let Some(f) = shared {
-                        let il = f.gate.out;
-                        f.gate.run(d, b.hn.ptr(), h, b.g.ptr(), il, t, false)?;
-                        f.up.run(d, b.hn.ptr(), h, b.u.ptr(), il, t, false)?;
-                        e(ops::silu_mul(d, b.g.ptr(), b.u.ptr(), b.act.ptr(), t * il))?;
-                        f.down.run(d, b.act.ptr(), il, b.part.ptr(), h, t, true)?;
+                    if g.tuned {
+                        moe_tuned(g, r, router, bias_p, x, shared.as_ref(), t)?;
+                    } else {
+                        moe_exact(g, r, router, bias_p, x, t)?;
+                        if let Some(f) = shared {
+                            ffn_fwd(g, r, f, t, true, false)?;
+                        }
                     }
                 }
             }
         }
-        reduce_add(g, ranks, t)?;
+        if moe_bf16 {
+            reduce_add_bf16(g, ranks, t)?;
+        } else {
+            reduce_add(g, ranks, t)?;
+        }
         for (ci, &cl) in g.capture.iter().enumerate() {
             if cl == l {
                 let r = &ranks[0];
@@ -1603,14 +1868,14 @@ fn device_forward(g: &Geo, ranks: &[Rank], t: usize, nrows: usize, gather: bool)
                 g.eps,
             ))?;
         }
-        r.w.lm_head.run(
-            d,
+        lin_f32(
+            g,
+            r,
+            &r.w.lm_head,
             b.xr.ptr(),
-            h,
             b.logits.ptr(),
             r.w.lm_head.out,
             nrows,
-            false,
         )?;
     }
     Ok(())

@@ -188,6 +188,39 @@ pub fn silu_mul(dev: &CudaDevice, g: u64, u: u64, out: u64, n: usize) -> R {
     )
 }
 
+/// out (bf16) = silu(g) * u over `n` f32 elements.
+pub fn silu_mul_bf16(dev: &CudaDevice, g: u64, u: u64, out: u64, n: usize) -> R {
+    launch(
+        dev,
+        "silu_mul_bf16",
+        (cdiv(n, 256), 1, 1),
+        256,
+        &[p(g), p(u), p(out), i(n)],
+    )
+}
+
+/// Global expert ids of `pairs` (token, slot) pairs -> this rank's local ids (or -1), with the
+/// weights and `h`-wide f32 down rows of other ranks' pairs zeroed; see `moe_local_ids`.
+#[allow(clippy::too_many_arguments)]
+pub fn moe_local_ids(
+    dev: &CudaDevice,
+    ids: u64,
+    wts: u64,
+    down: u64,
+    pairs: usize,
+    h: usize,
+    e0: usize,
+    eloc: usize,
+) -> R {
+    launch(
+        dev,
+        "moe_local_ids",
+        (pairs, 1, 1),
+        256,
+        &[p(ids), p(wts), p(down), i(pairs), i(h), i(e0), i(eloc)],
+    )
+}
+
 pub fn add(dev: &CudaDevice, dst: u64, src: u64, n: usize) -> R {
     launch(
         dev,

@@ -65,6 +65,64 @@ impl DLin {
         }
         .map_err(cerr)
     }
+
+    /// y[m, :out] = x[m, :inp] W^T through kbench-cuda's tuned matmuls: `x` bf16 (16-byte
+    /// aligned rows, `ldx` a multiple of 8), `y` f32 or bf16; `ws` the split-K workspace.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_tuned(
+        &self,
+        dev: &CudaDevice,
+        x: u64,
+        ldx: usize,
+        y: u64,
+        ldy: usize,
+        y_f32: bool,
+        m: usize,
+        ws: kbench_cuda::ops::Workspace,
+    ) -> Result<()> {
+        use kbench_cuda::ops as kops;
+        match &self.w {
+            DW::Bf16(w) => kops::bf16_matmul(
+                dev,
+                x,
+                ldx,
+                0,
+                w.ptr(),
+                self.inp,
+                0,
+                y,
+                ldy,
+                0,
+                y_f32,
+                m,
+                self.out,
+                self.inp,
+                1,
+                ws,
+            ),
+            // the tuned INT4 matmul dequantises 32-column groups only
+            DW::Int4 { q, s, group: 32 } => kops::int4_matmul(
+                dev,
+                x,
+                ldx,
+                q.ptr(),
+                s.ptr(),
+                y,
+                ldy,
+                y_f32,
+                m,
+                self.out,
+                self.inp,
+                ws,
+            ),
+            DW::Int4 { group, .. } => {
+                return Err(EngineError::Unsupported(format!(
+                    "tuned int4_matmul takes group 32, not {group}"
+                )))
+            }
+        }
+        .map_err(cerr)
+    }
 }
 
 pub(crate) struct DFfn {
@@ -73,19 +131,36 @@ pub(crate) struct DFfn {
     pub down: DLin,
 }
 
-/// This rank's routed experts, stacked: gate/up `[eloc, mi, h]`, down `[eloc, h, mi]`.
+/// This rank's routed experts `[e0, e0 + eloc)`, stacked per layer.
 pub(crate) struct Experts {
     pub e0: usize,
     pub eloc: usize,
-    pub int4: bool,
     pub group: usize,
-    pub gate: (DBuf<u32>, DBuf<u16>),
-    pub up: (DBuf<u32>, DBuf<u16>),
-    pub down: (DBuf<u32>, DBuf<u16>),
-    /// BF16 experts (checkpoints without INT4): the same stacks as u16.
-    pub gate16: Option<DBuf<u16>>,
-    pub up16: Option<DBuf<u16>>,
-    pub down16: Option<DBuf<u16>>,
+    pub w: ExpertW,
+}
+
+pub(crate) enum ExpertW {
+    /// Exact kernels: gate / up `[eloc, mi, h]`, down `[eloc, h, mi]`, each INT4 (packed
+    /// words + bf16 scales) or BF16.
+    Int4 {
+        gate: (DBuf<u32>, DBuf<u16>),
+        up: (DBuf<u32>, DBuf<u16>),
+        down: (DBuf<u32>, DBuf<u16>),
+    },
+    Bf16 {
+        gate: DBuf<u16>,
+        up: DBuf<u16>,
+        down: DBuf<u16>,
+    },
+    /// Tuned kernels (kbench-cuda's `MoeWeights`): W13 `[eloc, 2 mi, h/8]` with each expert's
+    /// gate rows then its up rows, S13 `[eloc, 2 mi, h/32]`, W2 `[eloc, h, mi/8]`, S2
+    /// `[eloc, h, mi/32]`; group 32.
+    Fused {
+        w13: DBuf<u32>,
+        s13: DBuf<u16>,
+        w2: DBuf<u32>,
+        s2: DBuf<u16>,
+    },
 }
 
 pub(crate) enum DMlp {
@@ -267,9 +342,34 @@ fn ffn(
     })
 }
 
-/// Stacks one projection of the local experts.
+/// Copies expert `e`'s packed words `[out, inp/8]` and scales `[out, inp/group]` of
+/// `proj` to element offsets `qoff` / `soff` of the stacks.
 #[allow(clippy::too_many_arguments)]
-fn stack(
+fn put_int4(
+    dev: &CudaDevice,
+    ws: &WeightStore,
+    name: &str,
+    out: usize,
+    inp: usize,
+    group: usize,
+    q: &DBuf<u32>,
+    qoff: usize,
+    s: &DBuf<u16>,
+    soff: usize,
+) -> Result<()> {
+    let (nq, ns) = (out * inp / 8, out * inp / group);
+    let wq = ws.words(&format!("{name}.weight_packed"), &[out, inp / 8])?;
+    let sc = ws.bf16s(&format!("{name}.weight_scale"), &[out, inp / group])?;
+    let tq = dev.upload(wq.as_slice()).map_err(cerr)?;
+    let ts = dev.upload(sc.as_slice()).map_err(cerr)?;
+    dev.copy_d2d(q.ptr_at(qoff), tq.ptr(), nq * 4)
+        .map_err(cerr)?;
+    dev.copy_d2d(s.ptr_at(soff), ts.ptr(), ns * 2).map_err(cerr)
+}
+
+/// Stacks one INT4 projection of the local experts: `[eloc, out, inp/8]` + scales.
+#[allow(clippy::too_many_arguments)]
+fn stack_int4(
     dev: &CudaDevice,
     ws: &WeightStore,
     mp: &str,
@@ -279,49 +379,100 @@ fn stack(
     out: usize,
     inp: usize,
     group: usize,
-    int4: bool,
-) -> Result<((DBuf<u32>, DBuf<u16>), Option<DBuf<u16>>)> {
-    if int4 {
-        let (nq, ns) = (out * inp / 8, out * inp / group);
-        let q = dev.alloc::<u32>(eloc * nq).map_err(cerr)?;
-        let s = dev.alloc::<u16>(eloc * ns).map_err(cerr)?;
-        for j in 0..eloc {
-            let name = format!("{mp}.experts.{}.{proj}", e0 + j);
-            let wq = ws.words(&format!("{name}.weight_packed"), &[out, inp / 8])?;
-            let sc = ws.bf16s(&format!("{name}.weight_scale"), &[out, inp / group])?;
-            let tq = dev.upload(wq.as_slice()).map_err(cerr)?;
-            let ts = dev.upload(sc.as_slice()).map_err(cerr)?;
-            dev.copy_d2d(q.ptr_at(j * nq), tq.ptr(), nq * 4)
-                .map_err(cerr)?;
-            dev.copy_d2d(s.ptr_at(j * ns), ts.ptr(), ns * 2)
-                .map_err(cerr)?;
-        }
-        Ok(((q, s), None))
-    } else {
-        let n = out * inp;
-        let b = dev.alloc::<u16>(eloc * n).map_err(cerr)?;
-        for j in 0..eloc {
-            let name = format!("{mp}.experts.{}.{proj}.weight", e0 + j);
-            let t = dev
-                .upload(ws.bf16s(&name, &[out, inp])?.as_slice())
-                .map_err(cerr)?;
-            dev.copy_d2d(b.ptr_at(j * n), t.ptr(), n * 2)
-                .map_err(cerr)?;
-        }
-        Ok((
-            (dev.alloc(1).map_err(cerr)?, dev.alloc(1).map_err(cerr)?),
-            Some(b),
-        ))
+) -> Result<(DBuf<u32>, DBuf<u16>)> {
+    let (nq, ns) = (out * inp / 8, out * inp / group);
+    let q = dev.alloc::<u32>(eloc * nq).map_err(cerr)?;
+    let s = dev.alloc::<u16>(eloc * ns).map_err(cerr)?;
+    for j in 0..eloc {
+        let name = format!("{mp}.experts.{}.{proj}", e0 + j);
+        put_int4(dev, ws, &name, out, inp, group, &q, j * nq, &s, j * ns)?;
     }
+    Ok((q, s))
 }
 
-/// The target weights of rank `r` of `w`.
+/// Stacks one BF16 projection of the local experts: `[eloc, out, inp]`.
+#[allow(clippy::too_many_arguments)]
+fn stack_bf16(
+    dev: &CudaDevice,
+    ws: &WeightStore,
+    mp: &str,
+    proj: &str,
+    e0: usize,
+    eloc: usize,
+    out: usize,
+    inp: usize,
+) -> Result<DBuf<u16>> {
+    let n = out * inp;
+    let b = dev.alloc::<u16>(eloc * n).map_err(cerr)?;
+    for j in 0..eloc {
+        let name = format!("{mp}.experts.{}.{proj}.weight", e0 + j);
+        let t = dev
+            .upload(ws.bf16s(&name, &[out, inp])?.as_slice())
+            .map_err(cerr)?;
+        dev.copy_d2d(b.ptr_at(j * n), t.ptr(), n * 2)
+            .map_err(cerr)?;
+    }
+    Ok(b)
+}
+
+/// The local experts in kbench-cuda's fused-MoE layout: each expert's gate rows followed by
+/// its up rows (W13 / S13), and down (W2 / S2) as stacked by [`stack_int4`].
+#[allow(clippy::too_many_arguments)]
+fn stack_fused(
+    dev: &CudaDevice,
+    ws: &WeightStore,
+    mp: &str,
+    e0: usize,
+    eloc: usize,
+    mi: usize,
+    h: usize,
+    group: usize,
+) -> Result<ExpertW> {
+    // one projection of one expert: [mi, h/8] words and [mi, h/group] scales
+    let (nq, ns) = (mi * h / 8, mi * h / group);
+    let w13 = dev.alloc::<u32>(eloc * 2 * nq).map_err(cerr)?;
+    let s13 = dev.alloc::<u16>(eloc * 2 * ns).map_err(cerr)?;
+    for j in 0..eloc {
+        let ep = format!("{mp}.experts.{}", e0 + j);
+        let (q0, s0) = (j * 2 * nq, j * 2 * ns);
+        put_int4(
+            dev,
+            ws,
+            &format!("{ep}.gate_proj"),
+            mi,
+            h,
+            group,
+            &w13,
+            q0,
+            &s13,
+            s0,
+        )?;
+        put_int4(
+            dev,
+            ws,
+            &format!("{ep}.up_proj"),
+            mi,
+            h,
+            group,
+            &w13,
+            q0 + nq,
+            &s13,
+            s0 + ns,
+        )?;
+    }
+    let (w2, s2) = stack_int4(dev, ws, mp, "down_proj", e0, eloc, h, mi, group)?;
+    Ok(ExpertW::Fused { w13, s13, w2, s2 })
+}
+
+/// The target weights of rank `r` of `w`; `fused_experts`: routed experts in the tuned
+/// kernels' layout ([`ExpertW::Fused`]; the caller has checked that they are INT4 group 32).
 pub(crate) fn load_rank(
     dev: &CudaDevice,
     arch: &ModelArch,
     ws: &WeightStore,
     w: usize,
     r: usize,
+    fused_experts: bool,
 ) -> Result<RankWeights> {
     let mla = arch
         .mla
@@ -415,9 +566,26 @@ pub(crate) fn load_rank(
                     "INT4 experts: hidden {h} / moe_inter {mi} not multiples of group {group}"
                 )));
             }
-            let (g, g16) = stack(dev, ws, &mp, "gate_proj", e0, eloc, mi, h, group, int4)?;
-            let (u, u16_) = stack(dev, ws, &mp, "up_proj", e0, eloc, mi, h, group, int4)?;
-            let (dn, d16) = stack(dev, ws, &mp, "down_proj", e0, eloc, h, mi, group, int4)?;
+            let ew = if fused_experts {
+                if !int4 || group != 32 {
+                    return Err(EngineError::Unsupported(format!(
+                        "the fused MoE takes INT4 group-32 experts (int4 {int4}, group {group})"
+                    )));
+                }
+                stack_fused(dev, ws, &mp, e0, eloc, mi, h, group)?
+            } else if int4 {
+                ExpertW::Int4 {
+                    gate: stack_int4(dev, ws, &mp, "gate_proj", e0, eloc, mi, h, group)?,
+                    up: stack_int4(dev, ws, &mp, "up_proj", e0, eloc, mi, h, group)?,
+                    down: stack_int4(dev, ws, &mp, "down_proj", e0, eloc, h, mi, group)?,
+                }
+            } else {
+                ExpertW::Bf16 {
+                    gate: stack_bf16(dev, ws, &mp, "gate_proj", e0, eloc, mi, h)?,
+                    up: stack_bf16(dev, ws, &mp, "up_proj", e0, eloc, mi, h)?,
+                    down: stack_bf16(dev, ws, &mp, "down_proj", e0, eloc, h, mi)?,
+                }
+            };
             let shared = if d.n_shared_experts > 0 {
                 Some(ffn(
                     dev,
@@ -437,14 +605,8 @@ pub(crate) fn load_rank(
                 experts: Experts {
                     e0,
                     eloc,
-                    int4,
                     group,
-                    gate: g,
-                    up: u,
-                    down: dn,
-                    gate16: g16,
-                    up16: u16_,
-                    down16: d16,
+                    w: ew,
                 },
                 shared,
             }
