@@ -29,6 +29,9 @@ pub enum Command {
     Trace(TraceCommand),
     /// Fit a hardware profile's free parameters to measurements.
     Calibrate(CalibrateArgs),
+    /// Set a GPU's measured per-pass layer times (gpu-check.sh's profile.toml) beside the
+    /// cost model's and fit efficiency.in_model to them.
+    CalibratePasses(CalibratePassesArgs),
     /// Create model checkpoints in the real on-disk format.
     #[command(subcommand)]
     Model(ModelCommand),
@@ -179,6 +182,22 @@ pub struct CalibrateArgs {
     /// Where to write the fitted profile.
     #[arg(long)]
     pub out: PathBuf,
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CalibratePassesArgs {
+    /// The GPU's layer-stack profile (profile.toml from scripts/gpu-check.sh).
+    pub measured: PathBuf,
+    /// Hardware profile to predict with: a file, or a preset name (h200).
+    #[arg(long, default_value = "h200")]
+    pub hardware: String,
+    /// Write the profile with the fitted efficiency.in_model here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     #[arg(long)]
     pub json: Option<PathBuf>,
     #[arg(long, short)]

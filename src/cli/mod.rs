@@ -3,6 +3,7 @@
 mod args;
 mod backends;
 mod calibrate;
+mod calibrate_passes;
 mod engine;
 pub mod error;
 pub mod exit;
@@ -45,6 +46,7 @@ fn dispatch(cli: Cli) -> CliResult<()> {
         Command::Validate(a) => experiment::validate(a),
         Command::Trace(t) => trace_cmd::run(t),
         Command::Calibrate(a) => calibrate::run(a),
+        Command::CalibratePasses(a) => calibrate_passes::run(a),
         Command::Model(m) => engine::model_command(m),
         Command::Generate(a) => engine::generate(a),
         Command::Kernels(k) => engine::kernels_command(k),

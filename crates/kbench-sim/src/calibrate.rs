@@ -459,7 +459,11 @@ pub fn run_with(
         loo_rms_rel_error,
     });
     out.validate()?;
-    write_profile(&out, out_path, base_profile_path)?;
+    let header = format!(
+        "# Hardware profile written by `kbench calibrate` from {} (do not edit by hand;\n# edit the base profile or the measurement file and rerun, see docs/calibration.md).\n",
+        base_profile_path.display()
+    );
+    write_profile(&out, out_path, &header)?;
     Ok(CalibrationReport {
         measurements: measurements_path.display().to_string(),
         base_profile: base_profile_path.display().to_string(),
@@ -474,7 +478,7 @@ pub fn run_with(
     })
 }
 
-fn round_sig(v: f64) -> f64 {
+pub(crate) fn round_sig(v: f64) -> f64 {
     if v == 0.0 {
         return 0.0;
     }
@@ -484,12 +488,13 @@ fn round_sig(v: f64) -> f64 {
 
 /// Writes to a temporary file next to `out` and renames it over `out` (atomic on one
 /// filesystem: a reader never sees half a profile).
-fn write_profile(profile: &HardwareProfile, out: &Path, base: &Path) -> Result<(), SimError> {
+pub(crate) fn write_profile(
+    profile: &HardwareProfile,
+    out: &Path,
+    header: &str,
+) -> Result<(), SimError> {
     let body = profile.to_toml_string()?;
-    let text = format!(
-        "# Hardware profile written by `kbench calibrate` from {} (do not edit by hand;\n# edit the base profile or the measurement file and rerun, see docs/calibration.md).\n{body}",
-        base.display()
-    );
+    let text = format!("{header}{body}");
     let tmp = out.with_extension("toml.tmp");
     std::fs::write(&tmp, text).map_err(|source| SimError::Write {
         path: tmp.clone(),

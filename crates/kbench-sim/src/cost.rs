@@ -629,7 +629,8 @@ impl CostModel {
         }
     }
 
-    fn explain_pass(
+    /// One pass explained: GPU time per operator group, launch cost, what it adds to a round.
+    pub fn explain_pass(
         &self,
         kind: PassKind,
         tokens: u32,

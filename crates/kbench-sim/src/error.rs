@@ -38,6 +38,8 @@ pub enum SimError {
     },
     #[error("cost model: {0}")]
     Model(String),
+    #[error("GPU stack profile {path}: {message}")]
+    StackProfile { path: PathBuf, message: String },
     #[error("measurement file {path}: {message}")]
     Measurements { path: PathBuf, message: String },
     #[error("experiment {path}")]

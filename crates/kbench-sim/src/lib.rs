@@ -7,6 +7,8 @@
 //! - [`acceptance`]: acceptance models usable without a trace.
 //! - [`predict`]: run an experiment's levels and read C=1 / saturation throughput.
 //! - [`calibrate`]: fit a profile's free parameters to end-to-end measurements.
+//! - [`passes`]: set a GPU's measured per-pass layer times beside the cost model's, fit
+//!   `efficiency.in_model` to them.
 
 pub mod acceptance;
 pub mod calibrate;
@@ -14,6 +16,7 @@ pub mod cost;
 pub mod error;
 mod fit;
 pub mod optable;
+pub mod passes;
 pub mod predict;
 pub mod presets;
 pub mod pricer;

@@ -1,0 +1,439 @@
+//! Per-pass calibration from a GPU layer-stack profile (`kbench-gpu stack`, written by
+//! scripts/gpu-check.sh as `profile.toml`): the measured time of full-width Kimi-K2.5 decoder
+//! layers per decode / verify pass, set beside the cost model's per-layer GPU time for the same
+//! pass, and one factor (`efficiency.in_model`) fitted so the simulator predicts that GPU.
+//!
+//! Per-layer prediction: the cost model prices whole passes (embedding, layers, final norm,
+//! logits head). Pricing is affine in the layer count, so the model is priced at L and 2L layers
+//! and the difference divided by L; that isolates exactly the operators the stack runs, without
+//! a second operator list that could drift from the first.
+//!
+//! The fit minimises sum ln(s * pred_i / meas_i)^2 over the passes, whose closed form is the
+//! geometric mean of meas / pred; leave-one-out refits without each pass and predicts it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use kbench_core::arch::ModelArch;
+use serde::{Deserialize, Serialize};
+
+use crate::calibrate::{round_sig, write_profile};
+use crate::cost::{CostModel, PassKind};
+use crate::error::SimError;
+use crate::presets::load_tables;
+use crate::profile::{CalibrationStamp, HardwareProfile, Provenance};
+
+/// The stack profile as `kbench-gpu stack` writes it. Informational keys this reader does not
+/// use are accepted, so that a newer writer's extra fields do not break an older reader.
+#[derive(Debug, Clone, Deserialize)]
+pub struct StackProfile {
+    pub device: StackDevice,
+    pub stack: StackInfo,
+    #[serde(default)]
+    pub pass: Vec<StackPass>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct StackDevice {
+    pub name: String,
+    #[serde(default)]
+    pub compute_capability: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct StackInfo {
+    pub model: String,
+    pub layers: u32,
+    pub hidden: u32,
+    pub n_routed_experts: u32,
+    pub top_k: u32,
+    pub moe_intermediate: u32,
+    pub heads: u32,
+    pub kv_lora_rank: u32,
+    pub context: u32,
+    pub verify_tokens_per_request: u32,
+    /// `cublas` or `own`: which kernels ran the dense BF16 projections.
+    #[serde(default)]
+    pub dense_linears: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackPass {
+    pub kind: String,
+    pub batch: u32,
+    pub tokens: u32,
+    pub ms: f64,
+    pub ms_per_layer: f64,
+    pub cuda_graph: bool,
+    #[serde(default)]
+    pub active_experts_last_layer: Option<i64>,
+}
+
+/// One pass: measured and predicted GPU time per layer.
+#[derive(Debug, Clone, Serialize)]
+pub struct PassRow {
+    pub kind: String,
+    pub batch: u32,
+    pub tokens: u32,
+    pub measured_us_per_layer: f64,
+    /// The base profile's prediction, before the fit.
+    pub predicted_us_per_layer: f64,
+    /// predicted / measured - 1, before the fit.
+    pub error: f64,
+    /// After the fit.
+    pub calibrated_error: f64,
+    /// Predicted by a fit without this pass.
+    pub loo_error: f64,
+    /// The base prediction per operator group, microseconds per layer.
+    pub predicted_breakdown_us: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PassCalibration {
+    pub measured: String,
+    pub device: String,
+    pub base_profile: String,
+    pub layers: u32,
+    pub context: u32,
+    pub dense_linears: String,
+    /// efficiency.in_model before and after.
+    pub in_model_before: f64,
+    pub in_model_after: f64,
+    pub rows: Vec<PassRow>,
+    pub rms_error_before: f64,
+    pub rms_error_after: f64,
+    pub loo_rms_error: f64,
+    pub out_profile: Option<String>,
+}
+
+impl std::fmt::Display for PassCalibration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "per-pass calibration: {} ({}), {} Kimi-K2.5 layers, context {}, dense linears {}",
+            self.measured, self.device, self.layers, self.context, self.dense_linears
+        )?;
+        writeln!(f, "  base profile: {}", self.base_profile)?;
+        writeln!(
+            f,
+            "  {:<7} {:>5} {:>6} {:>12} {:>12} {:>8} {:>10} {:>8}  largest predicted groups",
+            "kind", "batch", "tokens", "measured us", "predicted us", "error", "calibrated", "LOO"
+        )?;
+        for r in &self.rows {
+            let mut groups: Vec<(&String, &f64)> = r.predicted_breakdown_us.iter().collect();
+            groups.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+            let top: Vec<String> = groups
+                .iter()
+                .take(3)
+                .map(|(k, v)| format!("{k} {v:.0}"))
+                .collect();
+            writeln!(
+                f,
+                "  {:<7} {:>5} {:>6} {:>12.1} {:>12.1} {:>+7.1}% {:>+9.1}% {:>+7.1}%  {}",
+                r.kind,
+                r.batch,
+                r.tokens,
+                r.measured_us_per_layer,
+                r.predicted_us_per_layer,
+                r.error * 100.0,
+                r.calibrated_error * 100.0,
+                r.loo_error * 100.0,
+                top.join(", ")
+            )?;
+        }
+        writeln!(
+            f,
+            "  efficiency.in_model {:.4} -> {:.4}; rms error {:.1}% -> {:.1}%, leave-one-out {:.1}%",
+            self.in_model_before,
+            self.in_model_after,
+            self.rms_error_before * 100.0,
+            self.rms_error_after * 100.0,
+            self.loo_rms_error * 100.0
+        )?;
+        if let Some(out) = &self.out_profile {
+            writeln!(f, "  wrote {out}")?;
+        }
+        Ok(())
+    }
+}
+
+fn bad(path: &Path, message: impl Into<String>) -> SimError {
+    SimError::StackProfile {
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+/// Reads and checks a stack profile: known pass kinds, token counts that match the batch,
+/// positive finite times.
+pub fn read_stack_profile(path: &Path) -> Result<StackProfile, SimError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+        what: "GPU stack profile",
+        path: path.into(),
+        source,
+    })?;
+    let p: StackProfile =
+        toml::from_str(&text).map_err(|e| bad(path, e.to_string().trim().to_string()))?;
+    if p.stack.layers == 0 {
+        return Err(bad(path, "[stack] layers must be at least 1"));
+    }
+    if p.pass.len() < 2 {
+        return Err(bad(
+            path,
+            format!(
+                "{} [[pass]] entries: a fit and its leave-one-out check need at least 2",
+                p.pass.len()
+            ),
+        ));
+    }
+    for (i, r) in p.pass.iter().enumerate() {
+        let per_request = match r.kind.as_str() {
+            "decode" => 1,
+            "verify" => p.stack.verify_tokens_per_request,
+            other => {
+                return Err(bad(
+                    path,
+                    format!(
+                        "pass {}: kind `{other}` (expected `decode` or `verify`)",
+                        i + 1
+                    ),
+                ))
+            }
+        };
+        if r.batch == 0 || r.tokens != r.batch * per_request {
+            return Err(bad(
+                path,
+                format!(
+                    "pass {}: {} tokens for batch {} of `{}` (expected {})",
+                    i + 1,
+                    r.tokens,
+                    r.batch,
+                    r.kind,
+                    r.batch * per_request
+                ),
+            ));
+        }
+        if !(r.ms.is_finite() && r.ms > 0.0) {
+            return Err(bad(
+                path,
+                format!("pass {}: ms = {} is not a positive time", i + 1, r.ms),
+            ));
+        }
+    }
+    Ok(p)
+}
+
+/// The Kimi-K2.5 architecture cut to the stack's layers (every layer MoE, as the stack runs
+/// them), after checking the stack measured that architecture.
+fn stack_arch(path: &Path, s: &StackInfo, layers: u32) -> Result<ModelArch, SimError> {
+    let mut arch = ModelArch::preset("kimi-k2.5").map_err(|e| SimError::Model(e.to_string()))?;
+    let moe = arch
+        .moe
+        .as_mut()
+        .ok_or_else(|| SimError::Model("kimi-k2.5 preset without MoE".into()))?;
+    let mla = arch
+        .mla
+        .as_ref()
+        .ok_or_else(|| SimError::Model("kimi-k2.5 preset without MLA".into()))?;
+    let checks = [
+        ("hidden", s.hidden, arch.hidden_size),
+        ("n_routed_experts", s.n_routed_experts, moe.n_routed_experts),
+        ("top_k", s.top_k, moe.num_experts_per_tok),
+        (
+            "moe_intermediate",
+            s.moe_intermediate,
+            moe.moe_intermediate_size,
+        ),
+        ("heads", s.heads, arch.num_heads),
+        ("kv_lora_rank", s.kv_lora_rank, mla.kv_lora_rank),
+    ];
+    for (key, measured, model) in checks {
+        if measured != model {
+            return Err(bad(
+                path,
+                format!("[stack] {key} = {measured}, but Kimi-K2.5 has {model}: this profile measured another architecture"),
+            ));
+        }
+    }
+    moe.first_k_dense_replace = 0;
+    arch.num_layers = layers;
+    Ok(arch)
+}
+
+/// Base prediction per layer for every pass, with the per-group breakdown.
+fn predict(
+    path: &Path,
+    stack: &StackProfile,
+    base: &HardwareProfile,
+) -> Result<Vec<(f64, BTreeMap<String, f64>)>, SimError> {
+    let l = stack.stack.layers;
+    let tables = load_tables(base)?;
+    // Graph or eager only changes launch cost, which the per-layer GPU time leaves out.
+    let one = CostModel::new(
+        base.clone(),
+        tables.clone(),
+        stack_arch(path, &stack.stack, l)?,
+        None,
+        1,
+        0,
+    )?;
+    let two = CostModel::new(
+        base.clone(),
+        tables,
+        stack_arch(path, &stack.stack, 2 * l)?,
+        None,
+        1,
+        0,
+    )?;
+    let ctx = stack.stack.context as f64;
+    stack
+        .pass
+        .iter()
+        .map(|r| {
+            let kind = if r.kind == "decode" {
+                PassKind::TargetDecode
+            } else {
+                PassKind::TargetVerify
+            };
+            let a = one.explain_pass(kind, r.tokens, r.batch, ctx)?;
+            let b = two.explain_pass(kind, r.tokens, r.batch, ctx)?;
+            let per_layer = (b.gpu_total_us - a.gpu_total_us) / l as f64;
+            let groups = b
+                .gpu_us
+                .iter()
+                .map(|(k, vb)| {
+                    let va = a.gpu_us.get(k).copied().unwrap_or(0.0);
+                    (k.clone(), (vb - va) / l as f64)
+                })
+                .filter(|(_, v)| v.abs() > 1e-9)
+                .collect();
+            Ok((per_layer, groups))
+        })
+        .collect()
+}
+
+fn rms(v: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x * x, n + 1));
+    if n == 0 {
+        0.0
+    } else {
+        (s / n as f64).sqrt()
+    }
+}
+
+/// Compares the stack's passes with the base profile's predictions, fits
+/// `efficiency.in_model`, and (with `out`) writes the calibrated profile atomically.
+pub fn calibrate_passes(
+    measured_path: &Path,
+    base: &HardwareProfile,
+    out: Option<&Path>,
+) -> Result<PassCalibration, SimError> {
+    let stack = read_stack_profile(measured_path)?;
+    let preds = predict(measured_path, &stack, base)?;
+    let measured: Vec<f64> = stack
+        .pass
+        .iter()
+        .map(|r| r.ms * 1000.0 / stack.stack.layers as f64)
+        .collect();
+    if let Some((i, _)) = preds
+        .iter()
+        .enumerate()
+        .find(|(_, p)| !(p.0.is_finite() && p.0 > 0.0))
+    {
+        return Err(SimError::Calibration(format!(
+            "pass {} predicts no per-layer time",
+            i + 1
+        )));
+    }
+    let logs: Vec<f64> = measured
+        .iter()
+        .zip(&preds)
+        .map(|(m, p)| (m / p.0).ln())
+        .collect();
+    let n = logs.len() as f64;
+    let sum: f64 = logs.iter().sum();
+    let scale = (sum / n).exp();
+    let rows: Vec<PassRow> = stack
+        .pass
+        .iter()
+        .zip(&preds)
+        .zip(&measured)
+        .zip(&logs)
+        .map(|(((r, (pred, groups)), meas), lg)| {
+            let loo_scale = ((sum - lg) / (n - 1.0)).exp();
+            PassRow {
+                kind: r.kind.clone(),
+                batch: r.batch,
+                tokens: r.tokens,
+                measured_us_per_layer: *meas,
+                predicted_us_per_layer: *pred,
+                error: pred / meas - 1.0,
+                calibrated_error: pred * scale / meas - 1.0,
+                loo_error: pred * loo_scale / meas - 1.0,
+                predicted_breakdown_us: groups.clone(),
+            }
+        })
+        .collect();
+    let before = base.efficiency.in_model.value;
+    let after = round_sig(before * scale);
+    let mut report = PassCalibration {
+        measured: measured_path.display().to_string(),
+        device: stack.device.name.clone(),
+        base_profile: base.origin.clone(),
+        layers: stack.stack.layers,
+        context: stack.stack.context,
+        dense_linears: stack
+            .stack
+            .dense_linears
+            .clone()
+            .unwrap_or_else(|| "unrecorded".into()),
+        in_model_before: before,
+        in_model_after: after,
+        rms_error_before: rms(rows.iter().map(|r| r.error)),
+        rms_error_after: rms(rows.iter().map(|r| r.calibrated_error)),
+        loo_rms_error: rms(rows.iter().map(|r| r.loo_error)),
+        rows,
+        out_profile: None,
+    };
+    if let Some(out) = out {
+        let mut p = base.clone();
+        p.efficiency.in_model.value = after;
+        p.efficiency.in_model.source = Provenance::Fitted;
+        p.efficiency.in_model.reference = format!(
+            "fitted by kbench calibrate-passes to {} ({}, {} passes of {} layers of kbench's own kernels; prior {before})",
+            measured_path.display(),
+            stack.device.name,
+            report.rows.len(),
+            stack.stack.layers
+        );
+        p.calibration = Some(CalibrationStamp {
+            measurements: measured_path.display().to_string(),
+            base_profile: base.origin.clone(),
+            method: "per-pass GPU time per layer; efficiency.in_model = geometric mean of measured / predicted".into(),
+            rms_log_error: rms(report.rows.iter().map(|r| (1.0 + r.calibrated_error).ln())),
+            max_abs_rel_error: report
+                .rows
+                .iter()
+                .map(|r| r.calibrated_error.abs())
+                .fold(0.0, f64::max),
+            loo_rms_rel_error: report.loo_rms_error,
+        });
+        p.validate().map_err(|e| {
+            SimError::Calibration(format!(
+                "measured passes are {scale:.2}x the prediction, so efficiency.in_model would be {after}, which a profile does not accept ({e})"
+            ))
+        })?;
+        write_profile(
+            &p,
+            out,
+            &format!(
+                "# Hardware profile written by `kbench calibrate-passes` from {} and {}\n# (do not edit by hand; rerun it, see docs/gpu.md).\n",
+                base.origin,
+                measured_path.display()
+            ),
+        )?;
+        report.out_profile = Some(out.display().to_string());
+    }
+    Ok(report)
+}
