@@ -2,10 +2,11 @@
 # scripts/gpu-check.sh: kbench's CUDA path on a GPU machine, in one short run.
 #
 #   stages: machine facts -> binaries (prebuilt bundle, or cargo build --release) -> NVRTC
-#   kernel check (sm_90) -> GPU tests (every kernel vs the CPU reference) -> layer stack
-#   (decode + verify, profile TOML) -> kernel bench table -> criterion benches (short).
+#   kernel check (sm_90) -> GPU tests (every kernel vs the CPU reference) -> engine GPU tests
+#   (GPU vs CPU path) -> layer stack (decode + verify, profile TOML) -> per-pass calibration
+#   of the simulator -> engine_tiny.toml on the GPU -> kernel bench table -> criterion (short).
 #   Each stage is timed, logged, and bounded by a timeout; a failed stage is reported and the
-#   script goes on. Results (8 files at most) go to $OUT if set, else ./gpu-results.
+#   script goes on. Results (11 files at most) go to $OUT if set, else ./gpu-results.
 #   It never changes GPU settings (no nvidia-smi -pm/-lgc/-ac/-r ...), only reads them.
 #
 # Usage:
@@ -26,9 +27,15 @@ if [[ "${1:-}" == "--bundle" ]]; then
     B="$ROOT/target/gpu-bundle"
     mkdir -p "$B"
     cargo build --release -p kbench-cuda --bins
+    cargo build --release --bin kbench
     cp "$CARGO_TARGET_DIR/release/kbench-gpu" "$B/kbench-gpu"
+    cp "$CARGO_TARGET_DIR/release/kbench" "$B/kbench"
     exe=$(cargo bench -p kbench-cuda --bench kernels --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
     if [[ -n "$exe" && -f "$exe" ]]; then cp "$exe" "$B/kernels-bench"; fi
+    # the engine's GPU tests (GPU vs CPU reference, token for token), as test binaries
+    cargo test --release -p kbench-engine --test cuda_engine --test cuda_tuned --test cuda_backend --no-run 2>&1 |
+        sed -n 's/.*Executable tests\/\([a-z_]*\)\.rs (\(.*\)).*/\1 \2/p' |
+        while read -r name path; do cp "$path" "$B/engine-$name"; done
     for f in "$B"/*; do strip --strip-debug "$f" 2>/dev/null || true; done
     ls -la "$B"
     echo "bundle ready: carry target/gpu-bundle (run tool: carry [\"target/gpu-bundle\"])"
@@ -179,13 +186,35 @@ fi
 if [[ -n "$KB" ]]; then
     "$KB" info >>"$MACH" 2>&1 || true
     # 4. NVRTC compile of every kernel for the target arch (no GPU needed)
-    run_stage check 120 200 "$RES/check.txt" "$KB" check --arch sm_90
+    run_stage check 90 330 "$RES/check.txt" "$KB" check --arch sm_90
     # 5. GPU tests: every kernel against the f32 CPU reference (same tests as crates/kbench-cuda/tests/gpu.rs)
-    run_stage selftest 180 150 "$RES/selftest.txt" "$KB" selftest --isolate
+    run_stage selftest 150 260 "$RES/selftest.txt" "$KB" selftest --isolate
+    # 5b. the engine on the GPU against its CPU path: exact kernels token for token, tuned
+    #     kernels within bf16 bounds, the engine backend's round commits (engine-* test binaries)
+    ENG=()
+    for t in "$BIN"/engine-cuda_*; do [[ -x "$t" ]] && ENG+=("$t"); done
+    if ((${#ENG[@]})); then
+        run_stage engine 100 200 "$RES/engine.txt" bash -c 'rc=0; for t in "$@"; do echo "## $(basename "$t")"; "$t" --test-threads=1 --nocapture || rc=1; done; exit $rc' _ "${ENG[@]}"
+    elif command -v cargo >/dev/null; then
+        run_stage engine 200 200 "$RES/engine.txt" cargo test --release -p kbench-engine --test cuda_engine --test cuda_tuned --test cuda_backend -- --test-threads=1 --nocapture
+    fi
     # 6. layer stack: decode and verify at batch 1..64, profile for the simulator's calibration
-    run_stage stack 170 60 "$RES/stack.txt" "$KB" stack --layers "${KBENCH_STACK_LAYERS:-3}" --context "${KBENCH_STACK_CONTEXT:-2048}" --batches 1,2,4,8,16,32,64 --reps 10 --profile "$RES/profile.toml"
+    run_stage stack 150 80 "$RES/stack.txt" "$KB" stack --layers "${KBENCH_STACK_LAYERS:-3}" --context "${KBENCH_STACK_CONTEXT:-2048}" --batches 1,2,4,8,16,32,64 --reps 10 --profile "$RES/profile.toml"
+    # 6b. the simulator's per-pass prediction beside the stack (docs/gpu.md), and the profile
+    #     with efficiency.in_model fitted to it
+    KBIN=""
+    if [[ -x "$BIN/kbench" ]]; then KBIN="$BIN/kbench"; elif [[ -x "${CARGO_TARGET_DIR:-$ROOT/target}/release/kbench" ]]; then KBIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/kbench"; fi
+    HW=h200
+    if grep -qi "RTX PRO 6000" "$MACH" 2>/dev/null; then HW=8x-rtx-pro-6000-server; fi
+    if [[ -n "$KBIN" && -f "$RES/profile.toml" ]]; then
+        run_stage calibrate 20 60 "$RES/stack.txt" "$KBIN" calibrate-passes "$RES/profile.toml" --hardware "$HW" --out "$RES/calibrated.toml"
+    fi
+    # 6c. the same experiment file as on the CPU, on the GPU: engine_tiny on the engine backend
+    if [[ -n "$KBIN" ]]; then
+        run_stage experiment 45 50 "$RES/engine.txt" "$KBIN" experiment experiments/engine_tiny.toml --set 'backend.device="cuda"'
+    fi
     # 7. kernel table: achieved GB/s and TFLOP/s beside measured ceilings and SGLang's H200 numbers
-    run_stage bench 120 10 "$RES/bench.txt" "$KB" bench
+    run_stage bench 100 10 "$RES/bench.txt" "$KB" bench
     # 8. criterion (short)
     if [[ -n "$CB" && -z "${KBENCH_SKIP_CRITERION:-}" ]]; then
         KBENCH_BENCH_QUICK=1 run_stage criterion 90 60 "$RES/bench.txt" "$CB" --bench
@@ -215,8 +244,10 @@ fi
     grep -E " ok | FAIL |passed|skipped|error|ERROR SUMMARY|memcheck" "$RES/selftest.txt" 2>/dev/null | cut -c1-160 || true
     echo "################ kernels (bench.txt)"
     grep -E "ceiling|^int4|^bf16_matmul M(1|16|64) N7168|^moe|^mla|ref/us" "$RES/bench.txt" 2>/dev/null | head -40 || true
-    echo "################ layer stack (stack.txt; profile.toml)"
-    grep -vE "^kernels compiled|^device:" "$RES/stack.txt" 2>/dev/null | tail -n 20 || true
+    echo "################ engine on the GPU (engine.txt)"
+    grep -E "^## |^test |test result|skipped|output_throughput|^error" "$RES/engine.txt" 2>/dev/null | cut -c1-160 | tail -n 30 || true
+    echo "################ layer stack and per-pass calibration (stack.txt; profile.toml, calibrated.toml)"
+    grep -vE "^kernels compiled|^device:" "$RES/stack.txt" 2>/dev/null | tail -n 40 || true
     echo "################ stages"
     cat "$RES/summary.txt"
 } | tee -a "$LOG"

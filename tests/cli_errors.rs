@@ -166,3 +166,33 @@ fn trace_too_shallow_for_the_config_says_so() {
     let (code, _, stderr) = kbench(dir.path(), &["experiment", "exp.toml"]);
     insta::assert_snapshot!(format!("exit code: {code}\nstderr:\n{stderr}"));
 }
+
+/// `engine_tiny.toml` with its model created in a fresh directory, run with `sets`.
+fn run_engine_tiny(sets: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(common::repo_root().join("experiments/engine_tiny.toml"))
+        .unwrap()
+        .replace("../target/models/tiny", "tiny");
+    std::fs::write(dir.path().join("exp.toml"), text).unwrap();
+    let mut args = vec!["experiment", "exp.toml", "-q"];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let (code, _, stderr) = kbench(dir.path(), &args);
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    format!("exit code: {code}\nstderr:\n{stderr}")
+}
+
+#[test]
+fn unknown_engine_kernels_are_named() {
+    insta::assert_snapshot!(run_engine_tiny(&["backend.kernels=\"fast\""]));
+}
+
+#[test]
+fn tuned_kernels_on_a_model_they_do_not_fit_name_the_dimension() {
+    // Checked before any device is opened, so this holds on machines without a GPU too.
+    insta::assert_snapshot!(run_engine_tiny(&[
+        "backend.device=\"cuda\"",
+        "backend.kernels=\"tuned\""
+    ]));
+}

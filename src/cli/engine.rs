@@ -36,6 +36,10 @@ pub fn make_engine_backend(exp: &Experiment) -> CliResult<Box<dyn Backend>> {
         .map(Device::parse)
         .transpose()
         .map_err(engine_err)?;
+    // Checked on every device so that a typo fails before a long CPU run, not on the GPU box.
+    if let Some(k) = &exp.file.backend.kernels {
+        kbench_engine::cuda::KernelChoice::parse(k).map_err(engine_err)?;
+    }
     if let Some(Device::Cuda(_)) = device {
         let backend = kbench_engine::CudaEngineBackend::new(&exp).map_err(engine_err)?;
         return Ok(Box::new(backend));

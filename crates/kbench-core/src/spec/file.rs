@@ -181,6 +181,11 @@ pub struct BackendSection {
     /// Engine backend: `cpu` or `cuda`.
     #[serde(default)]
     pub device: Option<String>,
+    /// Engine backend on CUDA: which kernels run the target, `auto` (default: the tuned bf16
+    /// kernels when the model's dimensions fit them), `exact` (f32, token-equal to the CPU)
+    /// or `tuned`.
+    #[serde(default)]
+    pub kernels: Option<String>,
 }
 
 fn default_backend() -> String {
@@ -194,6 +199,7 @@ impl Default for BackendSection {
             model_dir: None,
             draft_dir: None,
             device: None,
+            kernels: None,
         }
     }
 }

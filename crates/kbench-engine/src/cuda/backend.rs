@@ -64,7 +64,7 @@ impl CudaEngineBackend {
             Some(d) => exp.base_dir.join(d),
             None => model_dir.join("draft"),
         });
-        let opts = CudaOptions::from_experiment(exp, first);
+        let opts = CudaOptions::from_experiment(exp, first)?;
         let model = CudaModel::load(&model_dir, draft_dir.as_deref(), &opts)?;
         Ok(CudaEngineBackend {
             model,

@@ -87,6 +87,18 @@ pub enum KernelChoice {
 }
 
 impl KernelChoice {
+    /// `auto`, `exact` or `tuned` (an experiment's `backend.kernels`).
+    pub fn parse(s: &str) -> Result<KernelChoice> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(KernelChoice::Auto),
+            "exact" => Ok(KernelChoice::Exact),
+            "tuned" => Ok(KernelChoice::Tuned),
+            other => Err(EngineError::Invalid(format!(
+                "unknown backend.kernels `{other}` (use `auto`, `exact` or `tuned`)"
+            ))),
+        }
+    }
+
     /// The kernels a model loads with: `Exact` or `Tuned`, never `Auto`.
     pub fn resolve(self, arch: &ModelArch, tp: usize, int4_experts: bool) -> Result<KernelChoice> {
         match self {
@@ -232,16 +244,22 @@ impl CudaOptions {
 
     /// From an experiment: `tp_size` GPUs from `first`, `max_running_requests` slots,
     /// `cuda_graph_max_bs`, a context long enough for its longest prompt, `max_tokens` and
-    /// one round's tree.
-    pub fn from_experiment(exp: &kbench_core::spec::Experiment, first: usize) -> CudaOptions {
+    /// one round's tree; `backend.kernels` (default `auto`).
+    pub fn from_experiment(
+        exp: &kbench_core::spec::Experiment,
+        first: usize,
+    ) -> Result<CudaOptions> {
         let mut o = CudaOptions::new(first, exp.tp_size.max(1) as usize);
+        if let Some(k) = &exp.file.backend.kernels {
+            o.kernels = KernelChoice::parse(k)?;
+        }
         o.max_batch = exp.max_running_requests.max(1) as usize;
         o.cuda_graph_max_bs = exp.cuda_graph_max_bs as usize;
         let tree = exp.spec.num_draft_tokens.max(1) as usize;
         o.max_ctx = (exp.input_len.1 as usize + exp.max_tokens as usize + tree + 8).max(64);
         // a verify pass holds every running sequence's tree
         o.max_tokens = o.max_tokens.max(o.max_batch * tree);
-        o
+        Ok(o)
     }
 
     pub fn validate(&self) -> Result<()> {
