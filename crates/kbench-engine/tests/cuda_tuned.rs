@@ -139,11 +139,15 @@ fn tuned_kernels_on_the_tiny_model_are_a_clear_error() {
 
 /// Prompt of 19 tokens through the CPU and the tuned GPU path (tp ranks): per-layer latent
 /// KV, layer 1's contribution to the residual stream (attention + fused MoE + shared
-/// expert), logits and their argmax.
-fn check_forward(tp: usize) {
+/// expert), logits and their argmax. `cublas`: the dense linears through cuBLAS (where it
+/// loads) or through kbench-cuda's own bf16_matmul.
+fn check_forward(tp: usize, cublas: bool) {
     let dir = small_dir();
     let cpu = cpu_model(&dir);
-    let mut gpu = gpu_model(&dir, &tuned_opts(tp));
+    let mut opts = tuned_opts(tp);
+    opts.cublas = cublas;
+    eprintln!("tp {tp}, cublas requested: {cublas}");
+    let mut gpu = gpu_model(&dir, &opts);
     let v = cpu.target.vocab;
     let toks = prompt(3, 19, v);
     let n = toks.len();
@@ -215,7 +219,8 @@ fn check_forward(tp: usize) {
 #[test]
 fn gpu_tuned_forward_matches_cpu() {
     need_gpu!(1);
-    check_forward(1);
+    check_forward(1, true);
+    check_forward(1, false);
 }
 
 #[test]
@@ -367,5 +372,5 @@ fn gpu_tuned_tensor_parallel_matches_cpu() {
         return;
     }
     // two ranks of 8 experts each: routed pairs of the other rank's experts must add 0
-    check_forward(2);
+    check_forward(2, true);
 }

@@ -71,6 +71,9 @@ pub struct CudaOptions {
     pub max_draft_candidates: usize,
     /// Which kernels run the target's linears and routed experts.
     pub kernels: KernelChoice,
+    /// On the tuned kernels, run the dense BF16 linears through cuBLAS when libcublas loads
+    /// (as SGLang does); else, or when it does not load, through kbench-cuda's `bf16_matmul`.
+    pub cublas: bool,
 }
 
 /// The engine's exact f32 kernels or kbench-cuda's tuned bf16 ones for the target pass.
@@ -239,6 +242,7 @@ impl CudaOptions {
             cuda_graph_max_bs: 8,
             max_draft_candidates: 256,
             kernels: KernelChoice::Auto,
+            cublas: true,
         }
     }
 

@@ -11,7 +11,7 @@ use kbench_core::arch::{DraftArch, ModelArch};
 use kbench_cuda::comm::{self, TpComm};
 use kbench_cuda::device::GraphCache;
 use kbench_cuda::ops::{self as kops, MoeConfig, MoeScratch, MoeWeights};
-use kbench_cuda::{CudaDevice, DBuf};
+use kbench_cuda::{Blas, CudaDevice, DBuf};
 
 use super::ops::{self, AttnGeom, KvSrc, Route};
 use super::weights::{self, DFfn, DLin, DMlp, DraftWeights, ExpertW, RankWeights, DQ};
@@ -40,6 +40,8 @@ pub(crate) struct Geo {
     pub route: Option<Route>,
     /// Tuned kernels (bf16 activations into kbench-cuda's matmuls and fused MoE).
     pub tuned: bool,
+    /// Tuned dense BF16 linears through cuBLAS when it loads.
+    pub cublas: bool,
     /// kbench-cuda's router configuration over all experts (tuned MoE layers).
     pub moe_cfg: Option<MoeConfig>,
     pub capture: Vec<usize>,
@@ -113,11 +115,16 @@ struct TunedBufs {
     /// f32 split-K partial sums of the matmuls.
     ws: DBuf<f32>,
     moe: Option<MoeScratch>,
+    /// cuBLAS on this rank's stream for the dense BF16 linears (None: the own kernel).
+    blas: Option<Blas>,
 }
 
 impl TunedBufs {
     fn ws(&self) -> kops::Workspace {
         Some((self.ws.ptr(), self.ws.len()))
+    }
+    fn blas(&self) -> Option<&Blas> {
+        self.blas.as_ref()
     }
 }
 
@@ -455,6 +462,7 @@ impl CudaModel {
                 .unwrap_or(0),
             route,
             tuned,
+            cublas: opts.cublas,
             moe_cfg,
             capture,
             world,
@@ -585,6 +593,21 @@ impl CudaModel {
                 shb: u16z(t * g.h)?,
                 ws: f(SPLITK_WS)?,
                 moe,
+                blas: if g.cublas {
+                    match Blas::new(dev) {
+                        Ok(b) => Some(b),
+                        Err(e) => {
+                            if rank0 {
+                                eprintln!(
+                                    "kbench: dense linears on kbench's own bf16_matmul ({e})"
+                                );
+                            }
+                            None
+                        }
+                    }
+                } else {
+                    None
+                },
             })
         } else {
             None
@@ -1389,7 +1412,17 @@ fn hn_to_bf16(g: &Geo, r: &Rank, t: usize) -> Result<()> {
 fn lin_hn(g: &Geo, r: &Rank, l: &DLin, y: u64, ldy: usize, t: usize) -> Result<()> {
     if g.tuned {
         let tb = tuned_bufs(&r.b)?;
-        l.run_tuned(&r.dev, tb.hnb.ptr(), g.h, y, ldy, true, t, tb.ws())
+        l.run_tuned(
+            &r.dev,
+            tb.hnb.ptr(),
+            g.h,
+            y,
+            ldy,
+            true,
+            t,
+            tb.blas(),
+            tb.ws(),
+        )
     } else {
         l.run(&r.dev, r.b.hn.ptr(), g.h, y, ldy, t, false)
     }
@@ -1401,7 +1434,17 @@ fn lin_f32(g: &Geo, r: &Rank, l: &DLin, x: u64, y: u64, ldy: usize, m: usize) ->
     if g.tuned {
         let tb = tuned_bufs(&r.b)?;
         ops::to_bf16(&r.dev, x, tb.xb.ptr(), m * l.inp).map_err(cerr)?;
-        l.run_tuned(&r.dev, tb.xb.ptr(), l.inp, y, ldy, true, m, tb.ws())
+        l.run_tuned(
+            &r.dev,
+            tb.xb.ptr(),
+            l.inp,
+            y,
+            ldy,
+            true,
+            m,
+            tb.blas(),
+            tb.ws(),
+        )
     } else {
         l.run(&r.dev, x, l.inp, y, ldy, m, false)
     }
@@ -1429,7 +1472,7 @@ fn ffn_fwd(g: &Geo, r: &Rank, f: &DFfn, t: usize, accum: bool, bf16_out: bool) -
             (b.part.ptr(), true)
         };
         f.down
-            .run_tuned(d, tb.actb.ptr(), il, y, h, y_f32, t, tb.ws())
+            .run_tuned(d, tb.actb.ptr(), il, y, h, y_f32, t, tb.blas(), tb.ws())
     } else {
         ops::silu_mul(d, b.g.ptr(), b.u.ptr(), b.act.ptr(), t * il).map_err(cerr)?;
         f.down.run(d, b.act.ptr(), il, b.part.ptr(), h, t, accum)
@@ -1568,6 +1611,7 @@ fn moe_tuned(
         cfg.n_experts,
         true,
         t,
+        tb.blas(),
         tb.ws(),
     )?;
     kops::moe_route(d, &cfg, b.rl.ptr(), bias, t, sc).map_err(cerr)?;

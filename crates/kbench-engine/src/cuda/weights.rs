@@ -67,7 +67,8 @@ impl DLin {
     }
 
     /// y[m, :out] = x[m, :inp] W^T through kbench-cuda's tuned matmuls: `x` bf16 (16-byte
-    /// aligned rows, `ldx` a multiple of 8), `y` f32 or bf16; `ws` the split-K workspace.
+    /// aligned rows, `ldx` a multiple of 8), `y` f32 or bf16; BF16 weights through cuBLAS when
+    /// `blas` is given; `ws` the own kernels' split-K workspace.
     #[allow(clippy::too_many_arguments)]
     pub fn run_tuned(
         &self,
@@ -78,11 +79,12 @@ impl DLin {
         ldy: usize,
         y_f32: bool,
         m: usize,
+        blas: Option<&kbench_cuda::Blas>,
         ws: kbench_cuda::ops::Workspace,
     ) -> Result<()> {
         use kbench_cuda::ops as kops;
         match &self.w {
-            DW::Bf16(w) => kops::bf16_matmul(
+            DW::Bf16(w) => kbench_cuda::Linear::pick(blas, ws).run(
                 dev,
                 x,
                 ldx,
@@ -98,7 +100,6 @@ impl DLin {
                 self.out,
                 self.inp,
                 1,
-                ws,
             ),
             // the tuned INT4 matmul dequantises 32-column groups only
             DW::Int4 { q, s, group: 32 } => kops::int4_matmul(
