@@ -118,6 +118,25 @@ impl Dims {
         }
     }
 
+    /// The smallest model kbench-cuda's tuned kernels take (hidden and moe_intermediate
+    /// multiples of 64, grouped noaux_tc routing): the tuned CUDA path's test model.
+    pub fn tuned_small() -> Dims {
+        let mut d = Dims::tiny();
+        d.hidden = 128;
+        d.moe_inter = 64;
+        d.inter = 128;
+        d.q_lora_rank = Some(64);
+        d.heads = 2;
+        d.nope = 32;
+        d.v_head = 32;
+        d.experts = 16;
+        d.experts_per_tok = 4;
+        d.n_group = 4;
+        d.topk_group = 2;
+        d.layers = 4;
+        d
+    }
+
     pub fn kimi_slice(layers: usize) -> Dims {
         Dims {
             hidden: 7168,

@@ -10,70 +10,19 @@
 //! - CUDA graphs give the same tokens as eager passes;
 //! - tensor parallel (2 GPUs, when present) gives the same tokens as one GPU.
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::path::Path;
+
+use common::gpu::{check_decode_and_tree_verify, cpu_model, have_gpus, prompt, rel_err, tiny_dir};
 use kbench_core::spec::VerifyMethod;
 use kbench_engine::cuda::{self, CudaModel, CudaOptions, GpuSegment};
 use kbench_engine::generate::run_batch;
-use kbench_engine::init::{init_model_with, InitOptions, Preset};
 use kbench_engine::target::{Attend, Segment};
-use kbench_engine::{Device, Model, SpecSettings};
-
-fn gpu_count() -> usize {
-    kbench_cuda::device::device_count()
-}
-
-macro_rules! need_gpu {
-    ($n:expr) => {
-        if gpu_count() < $n {
-            eprintln!("skipped: no CUDA device (need {})", $n);
-            return;
-        }
-    };
-}
-
-/// The tiny model written to disk once per test binary (the CUDA path loads checkpoints).
-fn tiny_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        // one copy per machine (seed 7, quality 0.9), written atomically (temp dir + rename)
-        let dir = std::env::temp_dir().join("kbench-cuda-engine-tiny-s7-q09");
-        if !dir.join("draft").join("config.json").exists() {
-            let tmp = std::env::temp_dir()
-                .join(format!("kbench-cuda-engine-tiny-{}", std::process::id()));
-            init_model_with(&InitOptions::new(Preset::Tiny, None, 7, 0.9), &tmp)
-                .expect("tiny model writes");
-            if std::fs::rename(&tmp, &dir).is_err() {
-                let _ = std::fs::remove_dir_all(&tmp); // another process won the race
-            }
-        }
-        dir
-    })
-    .clone()
-}
-
-fn cpu_model(dir: &Path) -> Model {
-    Model::load(dir, Some(&dir.join("draft")), Device::Cpu).expect("cpu model loads")
-}
+use kbench_engine::SpecSettings;
 
 fn gpu_model(dir: &Path, opts: &CudaOptions) -> CudaModel {
     CudaModel::load(dir, Some(&dir.join("draft")), opts).expect("gpu model loads")
-}
-
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len(), "lengths differ");
-    let (mut num, mut den) = (0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        num += ((x - y) as f64).powi(2);
-        den += (*y as f64).powi(2);
-    }
-    (num / den.max(1e-30)).sqrt()
-}
-
-fn prompt(seed: u64, len: usize, vocab: usize) -> Vec<u32> {
-    (0..len)
-        .map(|i| ((seed * 2654435761 + i as u64 * 40503) % vocab as u64) as u32)
-        .collect()
 }
 
 /// f32 math on both sides (different summation order): far inside bf16's 8e-3.
@@ -81,7 +30,9 @@ const TOL: f64 = 2e-3;
 
 #[test]
 fn gpu_forward_matches_cpu_per_layer() {
-    need_gpu!(1);
+    if !have_gpus(1) {
+        return;
+    }
     let dir = tiny_dir();
     let cpu = cpu_model(&dir);
     let mut gpu = gpu_model(&dir, &CudaOptions::new(0, 1));
@@ -127,113 +78,16 @@ fn gpu_forward_matches_cpu_per_layer() {
 
 #[test]
 fn gpu_decode_and_tree_verify_match_cpu() {
-    need_gpu!(1);
+    if !have_gpus(1) {
+        return;
+    }
     let dir = tiny_dir();
     let cpu = cpu_model(&dir);
     let mut opts = CudaOptions::new(0, 1);
     opts.cuda_graph_max_bs = 0;
     let mut gpu = gpu_model(&dir, &opts);
-    let v = cpu.target.vocab;
-    let toks = prompt(5, 11, v);
-    let n = toks.len();
-    // CPU: prefill into a cache, then a 5-token tree pass over it
-    let mut cache = cpu.target.new_cache();
-    let pre = {
-        let seg = Segment {
-            cache: &cache,
-            tokens: toks.clone(),
-            positions: (0..n as u32).collect(),
-            attend: Attend::Causal,
-            all_logits: false,
-        };
-        cpu.target
-            .forward(std::slice::from_ref(&seg))
-            .unwrap()
-            .remove(0)
-    };
-    pre.commit(
-        &mut cache,
-        &(0..n).collect::<Vec<_>>(),
-        cpu.target.kv_width(),
-    );
-    let tree_toks = vec![7u32, 9, 11, 13, 15];
-    // root 0; 1,2 children of 0; 3 child of 1; 4 child of 3
-    let anc: Vec<Vec<usize>> = vec![
-        vec![0],
-        vec![0, 1],
-        vec![0, 2],
-        vec![0, 1, 3],
-        vec![0, 1, 3, 4],
-    ];
-    let depth = [0u32, 1, 1, 2, 3];
-    let pos: Vec<u32> = depth.iter().map(|d| n as u32 + d).collect();
-    let cv = {
-        let seg = Segment {
-            cache: &cache,
-            tokens: tree_toks.clone(),
-            positions: pos.clone(),
-            attend: Attend::Tree(anc.clone()),
-            all_logits: true,
-        };
-        cpu.target
-            .forward(std::slice::from_ref(&seg))
-            .unwrap()
-            .remove(0)
-    };
-    // GPU: the same
-    let gp = gpu
-        .forward_target(
-            &[GpuSegment {
-                slot: 1,
-                cache_len: 0,
-                tokens: toks.clone(),
-                positions: (0..n as u32).collect(),
-                tree: None,
-                all_logits: false,
-            }],
-            false,
-        )
-        .unwrap()
-        .remove(0);
-    assert!(rel_err(&gp.logits, &pre.logits) < TOL);
-    gpu.commit_target(1, 0, gp.row0, &(0..n).collect::<Vec<_>>())
-        .unwrap();
-    let gc = gpu.read_cache(1, n).unwrap();
-    for l in 0..cpu.target.num_layers() {
-        assert!(rel_err(&gc[l], &cache.layers[l]) < TOL, "cache layer {l}");
-    }
-    let gv = gpu
-        .forward_target(
-            &[GpuSegment {
-                slot: 1,
-                cache_len: n,
-                tokens: tree_toks,
-                positions: pos,
-                tree: Some(anc),
-                all_logits: true,
-            }],
-            false,
-        )
-        .unwrap()
-        .remove(0);
-    let e = rel_err(&gv.logits, &cv.logits);
-    eprintln!("tree verify logits rel err {e:.2e}");
-    assert!(e < TOL, "tree verify rel err {e}");
-    for i in 0..5 {
-        let a = argmax(&gv.logits[i * v..(i + 1) * v]);
-        let b = argmax(&cv.logits[i * v..(i + 1) * v]);
-        assert_eq!(a, b, "node {i} argmax");
-    }
-}
-
-fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best
+    // the exact kernels pick the CPU's token at every node
+    check_decode_and_tree_verify(&cpu, &mut gpu, TOL, 5);
 }
 
 fn prompts(vocab: usize, batch: usize) -> Vec<(u64, Vec<u32>)> {
@@ -244,7 +98,9 @@ fn prompts(vocab: usize, batch: usize) -> Vec<(u64, Vec<u32>)> {
 
 #[test]
 fn gpu_greedy_spec_equals_cpu_token_for_token() {
-    need_gpu!(1);
+    if !have_gpus(1) {
+        return;
+    }
     let dir = tiny_dir();
     let cpu = cpu_model(&dir);
     let v = cpu.target.vocab;
@@ -303,7 +159,9 @@ fn gpu_greedy_spec_equals_cpu_token_for_token() {
 
 #[test]
 fn gpu_batched_spec_and_graphs_match_eager() {
-    need_gpu!(1);
+    if !have_gpus(1) {
+        return;
+    }
     let dir = tiny_dir();
     let cpu = cpu_model(&dir);
     let v = cpu.target.vocab;
@@ -330,7 +188,9 @@ fn gpu_batched_spec_and_graphs_match_eager() {
 
 #[test]
 fn gpu_tensor_parallel_matches_single_gpu() {
-    need_gpu!(2);
+    if !have_gpus(2) {
+        return;
+    }
     if !kbench_cuda::comm::nccl_present() {
         eprintln!("skipped: NCCL not loadable");
         return;
@@ -365,7 +225,7 @@ fn gpu_tensor_parallel_matches_single_gpu() {
 
 #[test]
 fn cuda_model_without_gpu_is_a_clean_error() {
-    if gpu_count() > 0 {
+    if kbench_cuda::device::device_count() > 0 {
         eprintln!("skipped: a CUDA device is present (this checks the no-driver path)");
         return;
     }

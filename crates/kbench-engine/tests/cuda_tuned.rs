@@ -5,76 +5,26 @@
 //! activations means a tolerance instead of token equality. GPU tests print "skipped: no CUDA
 //! device" and pass without one; the Tuned-on-the-tiny-model error needs no GPU.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
+use common::gpu::{
+    argmax_agree, check_decode_and_tree_verify, cpu_model, have_gpus, model_dir, prompt, rel_err,
+    tiny_dir,
+};
 use kbench_engine::cuda::{self, CudaModel, CudaOptions, GpuSegment, KernelChoice};
 use kbench_engine::generate::run_batch;
-use kbench_engine::init::{init_model_with, Dims, InitOptions, Preset};
+use kbench_engine::init::Dims;
 use kbench_engine::target::{Attend, Segment};
-use kbench_engine::{Device, Model};
-
-fn gpu_count() -> usize {
-    kbench_cuda::device::device_count()
-}
-
-macro_rules! need_gpu {
-    ($n:expr) => {
-        if gpu_count() < $n {
-            eprintln!("skipped: no CUDA device (need {})", $n);
-            return;
-        }
-    };
-}
 
 /// bf16 activations before every linear and in the MoE (the CPU keeps f32).
 const TOL: f64 = 3e-2;
 
-fn small_dims() -> Dims {
-    let mut d = Dims::tiny();
-    d.hidden = 128;
-    d.moe_inter = 64;
-    d.inter = 128;
-    d.q_lora_rank = Some(64);
-    d.heads = 2;
-    d.nope = 32;
-    d.v_head = 32;
-    d.experts = 16;
-    d.experts_per_tok = 4;
-    d.n_group = 4;
-    d.topk_group = 2;
-    d.layers = 4;
-    d
-}
-
-/// Writes a model once per machine (temp dir + rename, as tests/cuda_engine.rs does).
-fn model_dir(name: &str, dims: Dims) -> PathBuf {
-    let dir = std::env::temp_dir().join(name);
-    if !dir.join("draft").join("config.json").exists() {
-        let tmp = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
-        let mut o = InitOptions::new(Preset::Tiny, None, 7, 0.9);
-        o.dims = dims;
-        init_model_with(&o, &tmp).expect("model writes");
-        if std::fs::rename(&tmp, &dir).is_err() {
-            let _ = std::fs::remove_dir_all(&tmp); // another process won the race
-        }
-    }
-    dir
-}
-
 fn small_dir() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| model_dir("kbench-cuda-engine-tuned-small-s7-q09", small_dims()))
+    DIR.get_or_init(|| model_dir("kbench-cuda-engine-tuned-small-s7-q09", Dims::tuned_small()))
         .clone()
-}
-
-fn tiny_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| model_dir("kbench-cuda-engine-tiny-s7-q09", Dims::tiny()))
-        .clone()
-}
-
-fn cpu_model(dir: &Path) -> Model {
-    Model::load(dir, Some(&dir.join("draft")), Device::Cpu).expect("cpu model loads")
 }
 
 fn tuned_opts(tp: usize) -> CudaOptions {
@@ -87,39 +37,6 @@ fn gpu_model(dir: &Path, opts: &CudaOptions) -> CudaModel {
     let m = CudaModel::load(dir, Some(&dir.join("draft")), opts).expect("gpu model loads");
     assert_eq!(m.kernels(), KernelChoice::Tuned);
     m
-}
-
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len(), "lengths differ");
-    let (mut num, mut den) = (0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        num += ((x - y) as f64).powi(2);
-        den += (*y as f64).powi(2);
-    }
-    (num / den.max(1e-30)).sqrt()
-}
-
-fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best
-}
-
-fn prompt(seed: u64, len: usize, vocab: usize) -> Vec<u32> {
-    (0..len)
-        .map(|i| ((seed * 2654435761 + i as u64 * 40503) % vocab as u64) as u32)
-        .collect()
-}
-
-/// Rows where the two `[rows, v]` logit matrices pick the same token.
-fn argmax_agree(a: &[f32], b: &[f32], v: usize) -> usize {
-    (0..a.len() / v)
-        .filter(|&i| argmax(&a[i * v..(i + 1) * v]) == argmax(&b[i * v..(i + 1) * v]))
-        .count()
 }
 
 #[test]
@@ -218,14 +135,18 @@ fn check_forward(tp: usize, cublas: bool) {
 
 #[test]
 fn gpu_tuned_forward_matches_cpu() {
-    need_gpu!(1);
+    if !have_gpus(1) {
+        return;
+    }
     check_forward(1, true);
     check_forward(1, false);
 }
 
 #[test]
 fn gpu_tuned_auto_selects_tuned_and_exact_stays_exact() {
-    need_gpu!(1);
+    if !have_gpus(1) {
+        return;
+    }
     let dir = small_dir();
     let auto = CudaModel::load(&dir, Some(&dir.join("draft")), &CudaOptions::new(0, 1)).unwrap();
     assert_eq!(auto.kernels(), KernelChoice::Tuned);
@@ -241,96 +162,16 @@ fn gpu_tuned_auto_selects_tuned_and_exact_stays_exact() {
 
 #[test]
 fn gpu_tuned_decode_tree_verify_and_generation() {
-    need_gpu!(1);
+    if !have_gpus(1) {
+        return;
+    }
     let dir = small_dir();
     let cpu = cpu_model(&dir);
     let mut opts = tuned_opts(1);
     opts.cuda_graph_max_bs = 0;
     let mut gpu = gpu_model(&dir, &opts);
+    check_decode_and_tree_verify(&cpu, &mut gpu, TOL, 4);
     let v = cpu.target.vocab;
-    let toks = prompt(5, 11, v);
-    let n = toks.len();
-    let mut cache = cpu.target.new_cache();
-    let pre = {
-        let seg = Segment {
-            cache: &cache,
-            tokens: toks.clone(),
-            positions: (0..n as u32).collect(),
-            attend: Attend::Causal,
-            all_logits: false,
-        };
-        cpu.target
-            .forward(std::slice::from_ref(&seg))
-            .unwrap()
-            .remove(0)
-    };
-    pre.commit(
-        &mut cache,
-        &(0..n).collect::<Vec<_>>(),
-        cpu.target.kv_width(),
-    );
-    let tree_toks = vec![7u32, 9, 11, 13, 15];
-    let anc: Vec<Vec<usize>> = vec![
-        vec![0],
-        vec![0, 1],
-        vec![0, 2],
-        vec![0, 1, 3],
-        vec![0, 1, 3, 4],
-    ];
-    let depth = [0u32, 1, 1, 2, 3];
-    let pos: Vec<u32> = depth.iter().map(|d| n as u32 + d).collect();
-    let cv = {
-        let seg = Segment {
-            cache: &cache,
-            tokens: tree_toks.clone(),
-            positions: pos.clone(),
-            attend: Attend::Tree(anc.clone()),
-            all_logits: true,
-        };
-        cpu.target
-            .forward(std::slice::from_ref(&seg))
-            .unwrap()
-            .remove(0)
-    };
-    let gp = gpu
-        .forward_target(
-            &[GpuSegment {
-                slot: 1,
-                cache_len: 0,
-                tokens: toks.clone(),
-                positions: (0..n as u32).collect(),
-                tree: None,
-                all_logits: false,
-            }],
-            false,
-        )
-        .unwrap()
-        .remove(0);
-    let e = rel_err(&gp.logits, &pre.logits);
-    eprintln!("prefill last logits rel err {e:.2e}");
-    assert!(e < TOL, "prefill rel err {e}");
-    gpu.commit_target(1, 0, gp.row0, &(0..n).collect::<Vec<_>>())
-        .unwrap();
-    let gv = gpu
-        .forward_target(
-            &[GpuSegment {
-                slot: 1,
-                cache_len: n,
-                tokens: tree_toks,
-                positions: pos,
-                tree: Some(anc),
-                all_logits: true,
-            }],
-            false,
-        )
-        .unwrap()
-        .remove(0);
-    let e = rel_err(&gv.logits, &cv.logits);
-    eprintln!("tree verify logits rel err {e:.2e}");
-    assert!(e < TOL, "tree verify rel err {e}");
-    let agree = argmax_agree(&gv.logits, &cv.logits, v);
-    eprintln!("tree verify argmax agrees at {agree}/5 nodes");
-    assert!(agree >= 4, "tree verify argmax agrees at {agree}/5");
 
     // Generation (graphs on): bf16 rounding may flip a near-tie and the sequences then
     // diverge, so only the first token (the prefill's argmax) must equal the CPU's.
@@ -366,7 +207,9 @@ fn gpu_tuned_decode_tree_verify_and_generation() {
 
 #[test]
 fn gpu_tuned_tensor_parallel_matches_cpu() {
-    need_gpu!(2);
+    if !have_gpus(2) {
+        return;
+    }
     if !kbench_cuda::comm::nccl_present() {
         eprintln!("skipped: NCCL not loadable");
         return;

@@ -300,23 +300,6 @@ mod tests {
         ModelArch::from_config_value(&cfg, std::path::Path::new("mem/config.json")).unwrap()
     }
 
-    /// The smallest dims the tuned kernels take (the GPU test's model).
-    fn small() -> Dims {
-        let mut d = Dims::tiny();
-        d.hidden = 128;
-        d.moe_inter = 64;
-        d.inter = 128;
-        d.q_lora_rank = Some(64);
-        d.heads = 2;
-        d.nope = 32;
-        d.v_head = 32;
-        d.experts = 16;
-        d.experts_per_tok = 4;
-        d.n_group = 4;
-        d.topk_group = 2;
-        d
-    }
-
     #[test]
     fn tuned_fit_rules() {
         // the tiny model: moe_inter 32 is what keeps it off fused_moe
@@ -391,6 +374,6 @@ mod tests {
     }
 
     fn small_arch() -> ModelArch {
-        arch_of(small())
+        arch_of(Dims::tuned_small())
     }
 }

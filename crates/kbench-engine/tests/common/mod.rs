@@ -1,6 +1,8 @@
 #![allow(dead_code)]
 //! Shared helpers for the engine's integration tests.
 
+pub mod gpu;
+
 use kbench_engine::init::{build_model, Dims, InitOptions, Preset};
 use kbench_engine::Model;
 
