@@ -140,6 +140,7 @@ pub fn check_decode_and_tree_verify(cpu: &Model, gpu: &mut CudaModel, tol: f64, 
     gpu.commit_target(1, 0, gp.row0, &(0..n).collect::<Vec<_>>())
         .unwrap();
     let gc = gpu.read_cache(1, n).unwrap();
+    assert_eq!(gc.len(), cache.layers.len(), "cache layers");
     for (l, (g, c)) in gc.iter().zip(&cache.layers).enumerate() {
         let e = rel_err(g, c);
         assert!(e < tol, "cache layer {l} rel err {e}");
