@@ -6,7 +6,7 @@
 #   (GPU vs CPU path) -> layer stack (decode + verify, profile TOML) -> per-pass calibration
 #   of the simulator -> engine_tiny.toml on the GPU -> kernel bench table -> criterion (short).
 #   Each stage is timed, logged, and bounded by a timeout; a failed stage is reported and the
-#   script goes on. Results (11 files at most) go to $OUT if set, else ./gpu-results.
+#   script goes on. Results (8 files at most, the device tool's limit) go to $OUT if set, else ./gpu-results.
 #   It never changes GPU settings (no nvidia-smi -pm/-lgc/-ac/-r ...), only reads them.
 #
 # Usage:
@@ -186,7 +186,7 @@ fi
 if [[ -n "$KB" ]]; then
     "$KB" info >>"$MACH" 2>&1 || true
     # 4. NVRTC compile of every kernel for the target arch (no GPU needed)
-    run_stage check 90 330 "$RES/check.txt" "$KB" check --arch sm_90
+    run_stage check 90 330 "$RES/selftest.txt" "$KB" check --arch sm_90
     # 5. GPU tests: every kernel against the f32 CPU reference (same tests as crates/kbench-cuda/tests/gpu.rs)
     run_stage selftest 150 260 "$RES/selftest.txt" "$KB" selftest --isolate
     # 5b. the engine on the GPU against its CPU path: exact kernels token for token, tuned
@@ -231,17 +231,11 @@ fi
 # ---------------------------------------------------------------------------------------------
 # summary, short tables last
 {
-    echo "kbench gpu-check: $(date -u +%FT%TZ), total $(elapsed)s of ${BUDGET}s budget"
-    echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || echo none)"
-    echo "NVRTC: ${KBENCH_NVRTC_LIB:-none}"
-    printf '%s\n' "${SUMMARY[@]}"
-} >"$RES/summary.txt"
-{
     echo
-    echo "################ kernel check"
-    tail -n 3 "$RES/check.txt" 2>/dev/null || true
-    echo "################ GPU tests"
-    grep -E " ok | FAIL |passed|skipped|error|ERROR SUMMARY|memcheck" "$RES/selftest.txt" 2>/dev/null | cut -c1-160 || true
+    echo "################ kernel check (selftest.txt)"
+    grep -E "kernel compilations|FAILED" "$RES/selftest.txt" 2>/dev/null | head -n 5 || true
+    echo "################ GPU tests (selftest.txt)"
+    grep -vE "^sm_[0-9]+ " "$RES/selftest.txt" 2>/dev/null | grep -E " ok | FAIL |passed|skipped|error|ERROR SUMMARY|memcheck" | cut -c1-160 || true
     echo "################ kernels (bench.txt)"
     grep -E "ceiling|^int4|^bf16_matmul M(1|16|64) N7168|^moe|^mla|ref/us" "$RES/bench.txt" 2>/dev/null | head -40 || true
     echo "################ engine on the GPU (engine.txt)"
@@ -249,6 +243,9 @@ fi
     echo "################ layer stack and per-pass calibration (stack.txt; profile.toml, calibrated.toml)"
     grep -vE "^kernels compiled|^device:" "$RES/stack.txt" 2>/dev/null | tail -n 40 || true
     echo "################ stages"
-    cat "$RES/summary.txt"
+    echo "kbench gpu-check: $(date -u +%FT%TZ), total $(elapsed)s of ${BUDGET}s budget"
+    echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || echo none)"
+    echo "NVRTC: ${KBENCH_NVRTC_LIB:-none}"
+    printf '%s\n' "${SUMMARY[@]}"
 } | tee -a "$LOG"
 exit 0
