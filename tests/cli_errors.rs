@@ -196,3 +196,18 @@ fn tuned_kernels_on_a_model_they_do_not_fit_name_the_dimension() {
         "backend.kernels=\"tuned\""
     ]));
 }
+
+#[test]
+fn weights_that_do_not_fit_the_gpus_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("exp.toml"),
+        BASE.replace("tp_size = 8", "tp_size = 2"),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = kbench(dir.path(), &["experiment", "exp.toml", "-q"]);
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    insta::assert_snapshot!(format!(
+        "exit code: {code}\nstdout:\n{stdout}stderr:\n{stderr}"
+    ));
+}

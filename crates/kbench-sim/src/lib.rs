@@ -3,6 +3,7 @@
 //! - [`profile`]: hardware profiles with provenance; [`presets`]: the embedded ones.
 //! - [`optable`]: measured operator tables, interpolated; [`pricer`]: one operator's price.
 //! - [`cost`]: passes and rounds priced, with breakdowns ([`cost::CostModel::explain_round`]).
+//! - [`memory`]: whether the weights fit the GPUs at the experiment's tp_size.
 //! - [`sim`]: [`SimBackend`], the `sim` backend (continuous batching in virtual time).
 //! - [`acceptance`]: acceptance models usable without a trace.
 //! - [`predict`]: run an experiment's levels and read C=1 / saturation throughput.
@@ -15,6 +16,7 @@ pub mod calibrate;
 pub mod cost;
 pub mod error;
 mod fit;
+pub mod memory;
 pub mod optable;
 pub mod passes;
 pub mod predict;

@@ -63,6 +63,11 @@ impl SimBackend {
                 exp.path.display()
             )));
         }
+        crate::memory::check_weights_fit(&profile, &exp.model, exp.draft.as_ref(), exp.tp_size)
+            .map_err(|e| match e {
+                SimError::Model(m) => SimError::Model(format!("{}: {m}", exp.path.display())),
+                e => e,
+            })?;
         let cost = CostModel::new(
             profile,
             tables,
