@@ -13,10 +13,12 @@ fn within(x: f64, reference: f64, rel: f64) -> bool {
 fn kimi_footprint_matches_the_published_checkpoint() {
     let m = ModelArch::preset("kimi-k2.5").unwrap();
     let f = weight_footprint(&m, None, 8);
-    // reference/kimi-k2.5.md: ~594 GB in all, routed INT4 with scales ~571 GB, ~74 GB per GPU at TP8
+    // reference/kimi-k2.5.md: ~594 GB in all, routed INT4 with scales ~571 GB, ~74 GB (594 / 8)
+    // per GPU at TP8; a rank also holds the replicated q_a / kv_a / router, a few GB
     assert!(within(f.total_bytes, 594e9, 0.02), "{f:?}");
     assert!(within(f.routed_expert_bytes, 571e9, 0.02), "{f:?}");
-    assert!(within(f.per_gpu_bytes, 74e9, 0.03), "{f:?}");
+    let even = f.total_bytes / 8.0;
+    assert!(f.per_gpu_bytes > even && f.per_gpu_bytes < even + 4e9, "{f:?}");
 }
 
 #[test]
