@@ -311,21 +311,31 @@ impl Draft {
         Ok(outs)
     }
 
-    /// Softmax of draft logits (after temperature; greedy uses T = 1 for the scores, as
-    /// SGLang's draft does) mapped into the target vocabulary.
+    /// [`target_probs`] with this draft's vocabulary map.
     pub fn target_probs(&self, logits: &[f32], temperature: f32, target_vocab: usize) -> Vec<f32> {
-        let mut p: Vec<f32> = if temperature > 1e-5 {
-            logits.iter().map(|x| x / temperature).collect()
-        } else {
-            logits.to_vec()
-        };
-        softmax_inplace(&mut p);
-        let mut full = vec![0f32; target_vocab];
-        for (i, &pi) in p.iter().enumerate() {
-            full[self.d2t[i] as usize] += pi;
-        }
-        full
+        target_probs(&self.d2t, logits, temperature, target_vocab)
     }
+}
+
+/// Softmax of draft logits (after temperature; greedy uses T = 1 for the scores, as SGLang's
+/// draft does) mapped into the target vocabulary through `d2t` (target id of each draft id).
+pub fn target_probs(
+    d2t: &[u32],
+    logits: &[f32],
+    temperature: f32,
+    target_vocab: usize,
+) -> Vec<f32> {
+    let mut p: Vec<f32> = if temperature > 1e-5 {
+        logits.iter().map(|x| x / temperature).collect()
+    } else {
+        logits.to_vec()
+    };
+    softmax_inplace(&mut p);
+    let mut full = vec![0f32; target_vocab];
+    for (i, &pi) in p.iter().enumerate() {
+        full[d2t[i] as usize] += pi;
+    }
+    full
 }
 
 impl DraftCache {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::device::Device;
 use crate::error::{EngineError, Result};
 use crate::model::Model;
-use crate::spec::{decode_step, prefill, seq_rng, spec_round, Sequence, SpecSettings};
+use crate::spec::{self, Sequence, SpecSettings};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct GenerateOptions {
@@ -100,8 +100,8 @@ pub fn generate_with(model: &Model, opts: &GenerateOptions) -> Result<GenerateRe
     })
 }
 
-/// Runs a fixed batch of prompts to completion (all prefilled together, then rounds over
-/// the unfinished ones). Returns the finished sequences in input order.
+/// Runs a fixed batch of prompts to completion on the CPU (`spec::run_batch`). Returns the
+/// finished sequences in input order.
 pub fn run_batch(
     model: &Model,
     prompts: Vec<(u64, Vec<u32>)>,
@@ -110,38 +110,12 @@ pub fn run_batch(
     seed: u64,
     spec: Option<&SpecSettings>,
 ) -> Result<Vec<Sequence>> {
-    if max_new == 0 {
-        return Err(EngineError::Invalid("max_tokens must be at least 1".into()));
-    }
-    let m = model.models();
-    let mut seqs: Vec<Sequence> = prompts
-        .into_iter()
-        .map(|(id, p)| {
-            Sequence::new(
-                id,
-                p,
-                max_new,
-                temperature,
-                seq_rng(seed, id),
-                &model.target,
-            )
-        })
-        .collect();
-    {
-        let mut refs: Vec<&mut Sequence> = seqs.iter_mut().collect();
-        prefill(&m, &mut refs)?;
-    }
-    loop {
-        let mut live: Vec<&mut Sequence> = seqs.iter_mut().filter(|s| !s.finished()).collect();
-        if live.is_empty() {
-            break;
-        }
-        match spec {
-            Some(cfg) => {
-                spec_round(&m, &mut live, cfg)?;
-            }
-            None => decode_step(&m, &mut live)?,
-        }
-    }
-    Ok(seqs)
+    spec::run_batch(
+        &mut model.models(),
+        prompts,
+        max_new,
+        temperature,
+        seed,
+        spec,
+    )
 }

@@ -10,6 +10,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod backend;
+pub mod cpu;
 pub mod cuda;
 pub mod device;
 pub mod draft;
@@ -18,8 +19,10 @@ pub mod generate;
 pub mod init;
 pub mod linalg;
 pub mod model;
+pub mod passes;
 pub mod quant;
 pub mod rope;
+mod session;
 pub mod spec;
 pub mod st;
 pub mod target;

@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 
 use kbench_core::arch::{DraftArch, ModelArch};
 
+use crate::cpu::Models;
 use crate::device::Device;
 use crate::draft::Draft;
 use crate::error::{EngineError, Result};
-use crate::spec::Models;
 use crate::st::WeightStore;
 use crate::target::Target;
 

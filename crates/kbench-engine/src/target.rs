@@ -89,6 +89,16 @@ impl KvCache {
             len: 0,
         }
     }
+
+    /// Appends entries `which` (in order) of a pass's per-layer `[n, width]` KV rows.
+    pub fn append(&mut self, kv: &[Vec<f32>], which: &[usize], width: usize) {
+        for (l, layer) in self.layers.iter_mut().enumerate() {
+            for &i in which {
+                layer.extend_from_slice(&kv[l][i * width..(i + 1) * width]);
+            }
+        }
+        self.len += which.len();
+    }
 }
 
 /// Which earlier tokens of its segment each token attends to (besides the whole cache).
@@ -134,12 +144,7 @@ pub struct SegmentOut {
 impl SegmentOut {
     /// Appends the KV entries of the given segment tokens (in order) to `cache`.
     pub fn commit(&self, cache: &mut KvCache, which: &[usize], width: usize) {
-        for (l, layer) in cache.layers.iter_mut().enumerate() {
-            for &i in which {
-                layer.extend_from_slice(&self.kv[l][i * width..(i + 1) * width]);
-            }
-        }
-        cache.len += which.len();
+        cache.append(&self.kv, which, width);
     }
 }
 

@@ -272,17 +272,17 @@ fn chi_square(counts: &[u64], probs: &[f32], n: u64) -> (f64, usize) {
 
 fn first_token_distribution(method: VerifyMethod, topk: u32, steps: u32) {
     let model = common::micro_model(21, 0.6, 2, 64);
-    let m = model.models();
+    let mut m = model.models();
     let t = &model.target;
     let temp = 1.0f32;
     let mut base = Sequence::new(0, common::prompt(77, 6, 64), 64, 0.0, seq_rng(0, 0), t);
-    prefill(&m, &mut [&mut base]).unwrap();
+    prefill(&mut m, &mut [&mut base]).unwrap();
     base.temperature = temp;
     // The target's distribution at the root (after the committed prefix).
     let root = *base.tokens.last().unwrap();
     let o = t
         .forward(&[Segment {
-            cache: &base.tcache,
+            cache: &base.caches.target,
             tokens: vec![root],
             positions: vec![base.tokens.len() as u32 - 1],
             attend: Attend::Causal,
@@ -307,7 +307,7 @@ fn first_token_distribution(method: VerifyMethod, topk: u32, steps: u32) {
     for trial in 0..n {
         let mut s = base.clone();
         s.reseed(kbench_core::seed::rng_for(1234, "chi", trial));
-        let out = spec_round(&m, &mut [&mut s], &cfg).unwrap();
+        let out = spec_round(&mut m, &mut [&mut s], &cfg).unwrap();
         counts[out[0].tokens[0] as usize] += 1;
     }
     let (stat, dof) = chi_square(&counts, &p, n);

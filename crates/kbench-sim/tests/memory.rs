@@ -18,7 +18,10 @@ fn kimi_footprint_matches_the_published_checkpoint() {
     assert!(within(f.total_bytes, 594e9, 0.02), "{f:?}");
     assert!(within(f.routed_expert_bytes, 571e9, 0.02), "{f:?}");
     let even = f.total_bytes / 8.0;
-    assert!(f.per_gpu_bytes > even && f.per_gpu_bytes < even + 4e9, "{f:?}");
+    assert!(
+        f.per_gpu_bytes > even && f.per_gpu_bytes < even + 4e9,
+        "{f:?}"
+    );
 }
 
 #[test]

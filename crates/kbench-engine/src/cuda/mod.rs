@@ -14,11 +14,11 @@
 //!   (prefill / extend, decode, tree-masked verify; logits, captured hidden states, new KV
 //!   entries committed by the caller) and the draft pass (draft KV cache + a per-round pool of
 //!   draft-path entries); decode / verify passes replayed from CUDA graphs per token bucket.
-//! - `spec.rs`: [`GpuSequence`], [`prefill`], [`decode_step`], [`spec_round`], [`run_batch`]:
-//!   the CPU loop of `crate::spec` step for step (kbench_core's tree builder and verifiers,
-//!   the same draft choices, commits and draft extends) over the GPU passes.
-//! - `backend.rs`: [`CudaEngineBackend`], the `engine` backend (continuous batching, KV slots)
-//!   over the GPU loop.
+//! - `passes.rs`: [`CudaModel`]'s `SpecModel` (sequence caches = a KV slot, commits by pass
+//!   row) and [`GpuSequence`], so that `crate::spec`'s loop ([`prefill`], [`decode_step`],
+//!   [`spec_round`], [`run_batch`], the same one the CPU runs) drives the GPU passes.
+//! - `backend.rs`: [`CudaEngineBackend`], the `engine` backend (`crate::session`'s scheduler:
+//!   continuous batching, KV slots) over the GPU.
 //! - `ops.rs` + `engine_f32.cu`: the engine's own kernels (f32 activations over BF16 / INT4
 //!   weights, any model dimensions, per-token metadata on the device), compiled by NVRTC
 //!   through kbench-cuda's device layer. They mirror the CPU reference's algebra, so greedy
@@ -36,12 +36,13 @@
 pub mod backend;
 pub mod model;
 pub mod ops;
-pub mod spec;
+pub mod passes;
 pub(crate) mod weights;
 
+pub use crate::spec::{decode_step, prefill, run_batch, spec_round};
 pub use backend::CudaEngineBackend;
 pub use model::{CudaModel, GpuDraftOut, GpuDraftSegment, GpuSegment, GpuSegmentOut};
-pub use spec::{decode_step, prefill, run_batch, spec_round, GpuSequence};
+pub use passes::{GpuCaches, GpuSequence};
 
 use kbench_core::arch::ModelArch;
 
