@@ -106,7 +106,8 @@ KBENCH_DRIVER_VERSION="$(nvidia-smi --query-gpu=driver_version --format=csv,nohe
 export KBENCH_DRIVER_VERSION
 
 # ---------------------------------------------------------------------------------------------
-# 2. CUDA libraries: NVRTC (+ headers), cuBLAS, NCCL. Prefer the toolkit that matches the driver.
+# 2. CUDA libraries: NVRTC (+ headers), cuBLAS, NCCL: KBENCH_NVRTC_LIB, else the toolkit in
+#    /usr/local/cuda*, else Python's nvidia wheels, else a pip install into /tmp.
 PYSITES=""
 if command -v python3 >/dev/null; then
     PYSITES="$(python3 -c 'import site,sys; print("\n".join(site.getsitepackages()+[site.getusersitepackages()]))' 2>/dev/null || true)"
@@ -149,13 +150,13 @@ else
 fi
 cublas_lib="$(find_lib libcublas.so.13 "${LIBDIRS[@]}" || true)"
 nccl_lib="$(find_lib libnccl.so.2 "${LIBDIRS[@]}" || true)"
-LDP=""
-[[ -n "$cublas_lib" ]] && LDP="$(dirname "$cublas_lib")"
+LDP="/usr/local/nvidia/lib64:/usr/local/nvidia/lib"
+[[ -n "$cublas_lib" ]] && LDP="$(dirname "$cublas_lib"):$LDP"
 if [[ -n "$nccl_lib" ]]; then
     mkdir -p /tmp/kbench-nccl && ln -sf "$nccl_lib" /tmp/kbench-nccl/libnccl.so
     LDP="$LDP:/tmp/kbench-nccl:$(dirname "$nccl_lib")"
 fi
-export LD_LIBRARY_PATH="${LDP}:/usr/local/nvidia/lib64:/usr/local/nvidia/lib:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="${LDP}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 log "cuBLAS: ${cublas_lib:-not found (ceiling skipped)} ; NCCL: ${nccl_lib:-not found (single-rank NCCL test skipped)}"
 export KBENCH_KERNEL_CACHE="${KBENCH_KERNEL_CACHE:-/tmp/kbench-kernels}"
 
@@ -172,7 +173,7 @@ elif command -v cargo >/dev/null; then
     export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
     off=""
     [[ -d "$HOME/.cargo/registry/cache" ]] || off=""
-    run_stage build 300 120 "$LOG" cargo build --release -p kbench-cuda --bins
+    run_stage build 300 120 "$LOG" bash -c 'cargo build --release -p kbench-cuda --bins && cargo build --release --bin kbench'
     [[ -x "$CARGO_TARGET_DIR/release/kbench-gpu" ]] && KB="$CARGO_TARGET_DIR/release/kbench-gpu"
     if [[ -z "${KBENCH_SKIP_CRITERION:-}" ]]; then
         run_stage build-bench 120 100 "$LOG" cargo bench -p kbench-cuda --bench kernels --no-run
@@ -208,10 +209,18 @@ if [[ -n "$KB" ]]; then
     if grep -qi "RTX PRO 6000" "$MACH" 2>/dev/null; then HW=8x-rtx-pro-6000-server; fi
     if [[ -n "$KBIN" && -f "$RES/profile.toml" ]]; then
         run_stage calibrate 20 60 "$RES/stack.txt" "$KBIN" calibrate-passes "$RES/profile.toml" --hardware "$HW" --out "$RES/calibrated.toml"
+    else
+        why="no profile.toml from the stack"
+        [[ -z "$KBIN" ]] && why="no kbench binary"
+        log "=== [calibrate] SKIPPED: $why"
+        SUMMARY+=("$(printf '%-10s SKIPPED (%s)' calibrate "$why")")
     fi
     # 6c. the same experiment file as on the CPU, on the GPU: engine_tiny on the engine backend
     if [[ -n "$KBIN" ]]; then
         run_stage experiment 45 50 "$RES/engine.txt" "$KBIN" experiment experiments/engine_tiny.toml --set 'backend.device="cuda"'
+    else
+        log "=== [experiment] SKIPPED: no kbench binary"
+        SUMMARY+=("$(printf '%-10s SKIPPED (no kbench binary)' experiment)")
     fi
     # 7. kernel table: achieved GB/s and TFLOP/s beside measured ceilings and SGLang's H200 numbers
     run_stage bench 100 10 "$RES/bench.txt" "$KB" bench

@@ -125,7 +125,19 @@ fn calibrate_passes_refuses_an_implausible_factor() {
     );
     assert_eq!(code, 3, "{stderr}");
     assert!(stderr.contains("efficiency.in_model would be"), "{stderr}");
+    assert!(stderr.contains("out.toml not written"), "{stderr}");
     assert!(!dir.path().join("out.toml").exists());
+    // the comparison is still shown: it is what explains the refusal
+    let (code, stdout, _) = kbench(
+        dir.path(),
+        &["calibrate-passes", "profile.toml", "--out", "out.toml"],
+    );
+    assert_eq!(code, 3);
+    assert_eq!(
+        stdout.lines().filter(|l| l.contains(" decode ")).count(),
+        7,
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use kbench_core::atomic::write_atomic;
-use kbench_sim::passes::calibrate_passes;
+use kbench_sim::passes::{calibrate_passes, write_calibrated_profile};
 use kbench_sim::presets::preset;
 use kbench_sim::{HardwareProfile, SimError};
 
@@ -21,17 +21,27 @@ pub fn run(a: CalibratePassesArgs) -> CliResult<()> {
         preset(&a.hardware)
     }
     .map_err(invalid)?;
-    let report = calibrate_passes(&a.measured, &base, a.out.as_deref()).map_err(|e| match e {
-        SimError::Write { .. } => CliError::from_chain(exit::OUTPUT, &e),
-        e => invalid(e),
-    })?;
+    let mut report = calibrate_passes(&a.measured, &base).map_err(invalid)?;
+    // The comparison is shown and saved whether or not the profile can be written, so a fit
+    // the profile refuses still leaves the table that explains why.
     if !a.quiet {
         print!("{report}");
     }
+    let written = match &a.out {
+        Some(out) => write_calibrated_profile(&mut report, &base, out),
+        None => Ok(()),
+    };
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&report).expect("report serializes");
         write_atomic(path, format!("{text}\n").as_bytes())
             .map_err(|e| io_error(exit::OUTPUT, format!("writing {}", path.display()), e))?;
+    }
+    written.map_err(|e| match e {
+        SimError::Write { .. } => CliError::from_chain(exit::OUTPUT, &e),
+        e => invalid(e),
+    })?;
+    if let (Some(out), false) = (&report.out_profile, a.quiet) {
+        println!("  wrote {out}");
     }
     Ok(())
 }

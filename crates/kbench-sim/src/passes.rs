@@ -58,13 +58,15 @@ pub struct StackInfo {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct StackPass {
     pub kind: String,
     pub batch: u32,
     pub tokens: u32,
+    /// The whole pass (all `layers`); the per-layer time is derived from it.
     pub ms: f64,
-    pub ms_per_layer: f64,
+    /// Informational (ms / layers, rounded by the writer).
+    #[serde(default)]
+    pub ms_per_layer: Option<f64>,
     pub cuda_graph: bool,
     #[serde(default)]
     pub active_experts_last_layer: Option<i64>,
@@ -151,9 +153,6 @@ impl std::fmt::Display for PassCalibration {
             self.rms_error_after * 100.0,
             self.loo_rms_error * 100.0
         )?;
-        if let Some(out) = &self.out_profile {
-            writeln!(f, "  wrote {out}")?;
-        }
         Ok(())
     }
 }
@@ -201,7 +200,8 @@ pub fn read_stack_profile(path: &Path) -> Result<StackProfile, SimError> {
                 ))
             }
         };
-        if r.batch == 0 || r.tokens != r.batch * per_request {
+        let expected = r.batch.checked_mul(per_request);
+        if r.batch == 0 || expected != Some(r.tokens) {
             return Err(bad(
                 path,
                 format!(
@@ -210,7 +210,7 @@ pub fn read_stack_profile(path: &Path) -> Result<StackProfile, SimError> {
                     r.tokens,
                     r.batch,
                     r.kind,
-                    r.batch * per_request
+                    expected.map_or("more than u32".into(), |e| e.to_string())
                 ),
             ));
         }
@@ -322,12 +322,11 @@ fn rms(v: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-/// Compares the stack's passes with the base profile's predictions, fits
-/// `efficiency.in_model`, and (with `out`) writes the calibrated profile atomically.
+/// Compares the stack's passes with the base profile's predictions and fits
+/// `efficiency.in_model`; [`write_calibrated_profile`] writes the result.
 pub fn calibrate_passes(
     measured_path: &Path,
     base: &HardwareProfile,
-    out: Option<&Path>,
 ) -> Result<PassCalibration, SimError> {
     let stack = read_stack_profile(measured_path)?;
     let preds = predict(measured_path, &stack, base)?;
@@ -377,7 +376,7 @@ pub fn calibrate_passes(
         .collect();
     let before = base.efficiency.in_model.value;
     let after = round_sig(before * scale);
-    let mut report = PassCalibration {
+    let report = PassCalibration {
         measured: measured_path.display().to_string(),
         device: stack.device.name.clone(),
         base_profile: base.origin.clone(),
@@ -396,44 +395,56 @@ pub fn calibrate_passes(
         rows,
         out_profile: None,
     };
-    if let Some(out) = out {
-        let mut p = base.clone();
-        p.efficiency.in_model.value = after;
-        p.efficiency.in_model.source = Provenance::Fitted;
-        p.efficiency.in_model.reference = format!(
-            "fitted by kbench calibrate-passes to {} ({}, {} passes of {} layers of kbench's own kernels; prior {before})",
-            measured_path.display(),
-            stack.device.name,
-            report.rows.len(),
-            stack.stack.layers
-        );
-        p.calibration = Some(CalibrationStamp {
-            measurements: measured_path.display().to_string(),
-            base_profile: base.origin.clone(),
-            method: "per-pass GPU time per layer; efficiency.in_model = geometric mean of measured / predicted".into(),
-            rms_log_error: rms(report.rows.iter().map(|r| (1.0 + r.calibrated_error).ln())),
-            max_abs_rel_error: report
-                .rows
-                .iter()
-                .map(|r| r.calibrated_error.abs())
-                .fold(0.0, f64::max),
-            loo_rms_rel_error: report.loo_rms_error,
-        });
-        p.validate().map_err(|e| {
-            SimError::Calibration(format!(
-                "measured passes are {scale:.2}x the prediction, so efficiency.in_model would be {after}, which a profile does not accept ({e})"
-            ))
-        })?;
-        write_profile(
-            &p,
-            out,
-            &format!(
-                "# Hardware profile written by `kbench calibrate-passes` from {} and {}\n# (do not edit by hand; rerun it, see docs/gpu.md).\n",
-                base.origin,
-                measured_path.display()
-            ),
-        )?;
-        report.out_profile = Some(out.display().to_string());
-    }
     Ok(report)
+}
+
+/// Writes `base` with the fitted `efficiency.in_model` of `report` to `out`, atomically. A
+/// factor the profile cannot hold (outside its physical range) is refused and nothing is
+/// written; the comparison in `report` stands either way.
+pub fn write_calibrated_profile(
+    report: &mut PassCalibration,
+    base: &HardwareProfile,
+    out: &Path,
+) -> Result<(), SimError> {
+    let before = report.in_model_before;
+    let after = report.in_model_after;
+    let scale = after / before;
+    let mut p = base.clone();
+    p.efficiency.in_model.value = after;
+    p.efficiency.in_model.source = Provenance::Fitted;
+    p.efficiency.in_model.reference = format!(
+        "fitted by kbench calibrate-passes to {} ({}, {} passes of {} layers of kbench's own kernels; prior {before})",
+        report.measured,
+        report.device,
+        report.rows.len(),
+        report.layers
+    );
+    p.calibration = Some(CalibrationStamp {
+        measurements: report.measured.clone(),
+        base_profile: base.origin.clone(),
+        method: "per-pass GPU time per layer; efficiency.in_model = geometric mean of measured / predicted".into(),
+        rms_log_error: rms(report.rows.iter().map(|r| (1.0 + r.calibrated_error).ln())),
+        max_abs_rel_error: report
+            .rows
+            .iter()
+            .map(|r| r.calibrated_error.abs())
+            .fold(0.0, f64::max),
+        loo_rms_rel_error: report.loo_rms_error,
+    });
+    p.validate().map_err(|e| {
+        SimError::Calibration(format!(
+            "measured passes are {scale:.2}x the prediction, so efficiency.in_model would be {after}, which a profile does not accept; {} not written ({e})",
+            out.display()
+        ))
+    })?;
+    write_profile(
+        &p,
+        out,
+        &format!(
+            "# Hardware profile written by `kbench calibrate-passes` from {} and {}\n# (do not edit by hand; rerun it, see docs/gpu.md).\n",
+            base.origin, report.measured
+        ),
+    )?;
+    report.out_profile = Some(out.display().to_string());
+    Ok(())
 }

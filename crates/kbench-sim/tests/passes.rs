@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use kbench_sim::passes::{calibrate_passes, read_stack_profile, PassCalibration};
+use kbench_sim::passes::{
+    calibrate_passes, read_stack_profile, write_calibrated_profile, PassCalibration,
+};
 use kbench_sim::presets::preset;
 use kbench_sim::{HardwareProfile, Provenance, SimError};
 
@@ -38,7 +40,12 @@ fn all_rows(ms: impl Fn(usize) -> f64) -> Vec<(&'static str, u32, u32, f64)> {
 fn run(dir: &Path, text: &str, out: Option<&Path>) -> Result<PassCalibration, SimError> {
     let path = dir.join("profile.toml");
     std::fs::write(&path, text).unwrap();
-    calibrate_passes(&path, &preset("h200").unwrap(), out)
+    let base = preset("h200").unwrap();
+    let mut r = calibrate_passes(&path, &base)?;
+    if let Some(out) = out {
+        write_calibrated_profile(&mut r, &base, out)?;
+    }
+    Ok(r)
 }
 
 #[test]
