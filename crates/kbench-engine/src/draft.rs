@@ -111,35 +111,7 @@ impl Draft {
             ))
         };
         let n = |name: &str| ws.f32s(&format!("{name}.weight"), &[h]);
-        let d2t: Vec<u32> = if ws.contains("d2t") {
-            let (shape, off) = ws.ints("d2t")?;
-            if shape != [dv] {
-                return Err(EngineError::Shape {
-                    name: "d2t".into(),
-                    expected: vec![dv],
-                    got: shape,
-                });
-            }
-            let mut v = Vec::with_capacity(dv);
-            for (i, o) in off.iter().enumerate() {
-                let t = i as i64 + o;
-                if t < 0 || t as usize >= target.vocab {
-                    return Err(EngineError::ConfigMismatch(format!(
-                        "d2t maps draft id {i} to {t}, outside the target vocabulary of {}",
-                        target.vocab
-                    )));
-                }
-                v.push(t as u32);
-            }
-            v
-        } else if dv == target.vocab {
-            (0..dv as u32).collect()
-        } else {
-            return Err(EngineError::MissingTensor {
-                name: "d2t".into(),
-                dir: ws.dir.clone(),
-            });
-        };
+        let d2t = read_d2t(ws, dv, target.vocab)?;
         Ok(Draft {
             fc: l("fc", h, ncap * h)?,
             in_norm: n("midlayer.input_layernorm")?,
@@ -344,4 +316,38 @@ impl DraftCache {
         self.v.extend_from_slice(&kv.v);
         self.len += 1;
     }
+}
+
+/// The draft-to-target vocabulary map: `d2t` holds offsets (target id = draft id + offset),
+/// checked to land inside the target vocabulary; without it the vocabularies must be equal.
+pub(crate) fn read_d2t(ws: &WeightStore, dv: usize, target_vocab: usize) -> Result<Vec<u32>> {
+    if !ws.contains("d2t") {
+        if dv == target_vocab {
+            return Ok((0..dv as u32).collect());
+        }
+        return Err(EngineError::MissingTensor {
+            name: "d2t".into(),
+            dir: ws.dir.clone(),
+        });
+    }
+    let (shape, off) = ws.ints("d2t")?;
+    if shape != [dv] {
+        return Err(EngineError::Shape {
+            name: "d2t".into(),
+            expected: vec![dv],
+            got: shape,
+        });
+    }
+    off.iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let t = i as i64 + o;
+            if t < 0 || t as usize >= target_vocab {
+                return Err(EngineError::ConfigMismatch(format!(
+                    "d2t maps draft id {i} to {t}, outside the target vocabulary of {target_vocab}"
+                )));
+            }
+            Ok(t as u32)
+        })
+        .collect()
 }

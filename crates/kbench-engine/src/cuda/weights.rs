@@ -683,34 +683,7 @@ pub(crate) fn load_draft(
     let i = arch.intermediate_size as usize;
     let dv = arch.draft_vocab_size as usize;
     let ncap = arch.capture_layers.len();
-    let d2t: Vec<u32> = if ws.contains("d2t") {
-        let (shape, off) = ws.ints("d2t")?;
-        if shape != [dv] {
-            return Err(EngineError::Shape {
-                name: "d2t".into(),
-                expected: vec![dv],
-                got: shape,
-            });
-        }
-        let mut v = Vec::with_capacity(dv);
-        for (i, o) in off.iter().enumerate() {
-            let t = i as i64 + o;
-            if t < 0 || t as usize >= target_vocab {
-                return Err(EngineError::ConfigMismatch(format!(
-                    "d2t maps draft id {i} to {t}, outside the target vocabulary"
-                )));
-            }
-            v.push(t as u32);
-        }
-        v
-    } else if dv == target_vocab {
-        (0..dv as u32).collect()
-    } else {
-        return Err(EngineError::MissingTensor {
-            name: "d2t".into(),
-            dir: ws.dir.clone(),
-        });
-    };
+    let d2t = crate::draft::read_d2t(ws, dv, target_vocab)?;
     let w = DraftWeights {
         fc: lin_full(dev, ws, "fc", h, ncap * h)?,
         in_norm: norm(dev, ws, "midlayer.input_layernorm", h)?,
