@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kbench_core::acceptance::AcceptanceModel;
+use kbench_core::atomic::write_atomic;
 use kbench_core::spec::{load_experiment, Experiment};
 use serde::{Deserialize, Serialize};
 
@@ -495,12 +496,7 @@ pub(crate) fn write_profile(
 ) -> Result<(), SimError> {
     let body = profile.to_toml_string()?;
     let text = format!("{header}{body}");
-    let tmp = out.with_extension("toml.tmp");
-    std::fs::write(&tmp, text).map_err(|source| SimError::Write {
-        path: tmp.clone(),
-        source,
-    })?;
-    std::fs::rename(&tmp, out).map_err(|source| SimError::Write {
+    write_atomic(out, text.as_bytes()).map_err(|source| SimError::Write {
         path: out.into(),
         source,
     })
