@@ -6,15 +6,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use kbench_core::acceptance::AcceptanceModel;
-use kbench_core::atomic::write_atomic;
 use kbench_core::spec::{load_experiment, Experiment};
 use kbench_sim::acceptance::ConstantAcceptance;
 use kbench_sim::calibrate::{read_measurements, run_with};
 
 use super::args::CalibrateArgs;
 use super::backends::acceptance_for;
-use super::error::{io_error, spec_error, CliError, CliResult};
+use super::error::{spec_error, CliError, CliResult};
 use super::exit;
+use super::output::write_json;
 
 pub fn run(a: CalibrateArgs) -> CliResult<()> {
     // Load every experiment and its trace up front so a bad input fails before the fit,
@@ -59,9 +59,7 @@ pub fn run(a: CalibrateArgs) -> CliResult<()> {
         print!("{report}");
     }
     if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&report).expect("report serializes");
-        write_atomic(path, format!("{text}\n").as_bytes())
-            .map_err(|e| io_error(exit::OUTPUT, format!("writing {}", path.display()), e))?;
+        write_json(path, &report)?;
     }
     Ok(())
 }

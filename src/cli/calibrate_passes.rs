@@ -3,14 +3,14 @@
 
 use std::path::Path;
 
-use kbench_core::atomic::write_atomic;
 use kbench_sim::passes::{calibrate_passes, write_calibrated_profile};
 use kbench_sim::presets::preset;
 use kbench_sim::{HardwareProfile, SimError};
 
 use super::args::CalibratePassesArgs;
-use super::error::{io_error, CliError, CliResult};
+use super::error::{CliError, CliResult};
 use super::exit;
+use super::output::write_json;
 
 pub fn run(a: CalibratePassesArgs) -> CliResult<()> {
     let invalid = |e: SimError| CliError::from_chain(exit::INVALID_INPUT, &e);
@@ -32,9 +32,7 @@ pub fn run(a: CalibratePassesArgs) -> CliResult<()> {
         None => Ok(()),
     };
     if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&report).expect("report serializes");
-        write_atomic(path, format!("{text}\n").as_bytes())
-            .map_err(|e| io_error(exit::OUTPUT, format!("writing {}", path.display()), e))?;
+        write_json(path, &report)?;
     }
     written.map_err(|e| match e {
         SimError::Write { .. } => CliError::from_chain(exit::OUTPUT, &e),

@@ -2,7 +2,6 @@
 
 use std::io::Write;
 
-use kbench_core::atomic::write_atomic;
 use kbench_core::harness::{run_levels, LoadPlan};
 use kbench_core::report::{build_report, Report, SweepReport};
 use kbench_core::spec::{load_experiment, Variant};
@@ -11,6 +10,7 @@ use super::args::{ExperimentArgs, ValidateArgs};
 use super::backends::make_backend;
 use super::error::{io_error, spec_error, CliError, CliResult};
 use super::exit;
+use super::output::{write_file, write_json};
 use super::progress::LevelProgress;
 use super::render;
 
@@ -101,26 +101,24 @@ fn command_line_overrides(args: &ExperimentArgs) -> CliResult<Vec<String>> {
 
 fn write_outputs(args: &ExperimentArgs, reports: &[Report]) -> CliResult<()> {
     if let Some(path) = &args.json {
-        let text = if reports.len() == 1 {
-            serde_json::to_string_pretty(&reports[0])
+        if reports.len() == 1 {
+            write_json(path, &reports[0])?;
         } else {
-            serde_json::to_string_pretty(&SweepReport {
-                format_version: kbench_core::report::REPORT_FORMAT_VERSION,
-                experiment: reports[0].experiment.name.clone(),
-                variants: reports.to_vec(),
-            })
+            write_json(
+                path,
+                &SweepReport {
+                    format_version: kbench_core::report::REPORT_FORMAT_VERSION,
+                    experiment: reports[0].experiment.name.clone(),
+                    variants: reports.to_vec(),
+                },
+            )?;
         }
-        .expect("reports serialize");
-        write_atomic(path, format!("{text}\n").as_bytes())
-            .map_err(|e| io_error(exit::OUTPUT, format!("writing {}", path.display()), e))?;
     }
     if let Some(path) = &args.csv {
-        write_atomic(path, render::csv::levels_csv(reports).as_bytes())
-            .map_err(|e| io_error(exit::OUTPUT, format!("writing {}", path.display()), e))?;
+        write_file(path, render::csv::levels_csv(reports).as_bytes())?;
     }
     if let Some(path) = &args.plot {
-        write_atomic(path, render::plot::throughput_svg(reports).as_bytes())
-            .map_err(|e| io_error(exit::OUTPUT, format!("writing {}", path.display()), e))?;
+        write_file(path, render::plot::throughput_svg(reports).as_bytes())?;
     }
     Ok(())
 }
