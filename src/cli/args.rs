@@ -40,6 +40,91 @@ pub enum Command {
     /// CUDA kernels: compile them through NVRTC (no GPU needed).
     #[command(subcommand)]
     Kernels(KernelsCommand),
+    /// Serve SGLang's and OpenAI's HTTP APIs: the engine (--model), or an experiment's
+    /// modelled deployment played out in wall time (--sim). Flags keep SGLang's names.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Checkpoint directory the engine serves (SGLang: --model-path).
+    #[arg(
+        long,
+        visible_alias = "model-path",
+        conflicts_with = "sim",
+        required_unless_present = "sim"
+    )]
+    pub model: Option<PathBuf>,
+    /// EAGLE-3 draft checkpoint (default MODEL/draft when speculating).
+    #[arg(
+        long,
+        visible_alias = "speculative-draft-model-path",
+        requires = "model"
+    )]
+    pub draft: Option<PathBuf>,
+    /// Serve an experiment file's simulated deployment instead of the engine.
+    #[arg(long, value_name = "FILE")]
+    pub sim: Option<PathBuf>,
+    /// --sim: virtual seconds per wall second (the modelled deployment played X times faster).
+    #[arg(long, requires = "sim")]
+    pub speed: Option<f64>,
+    /// --sim: override an experiment field (repeatable), as `kbench experiment --set`.
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "sim")]
+    pub set: Vec<String>,
+    /// EAGLE3 (EAGLE is accepted as its alias) or NONE.
+    #[arg(long)]
+    pub speculative_algorithm: Option<String>,
+    #[arg(long)]
+    pub speculative_num_steps: Option<u32>,
+    #[arg(long)]
+    pub speculative_eagle_topk: Option<u32>,
+    #[arg(long)]
+    pub speculative_num_draft_tokens: Option<u32>,
+    /// Requests decoded together (the batch cap); more wait in the queue.
+    #[arg(long)]
+    pub max_running_requests: Option<u32>,
+    /// Requests waiting beyond the running ones before new ones get 429.
+    #[arg(long, default_value_t = 4096)]
+    pub max_queued_requests: u32,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 30000)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on every request but /health.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Longest prompt + output accepted (default: the model's max_position_embeddings).
+    #[arg(long)]
+    pub context_length: Option<usize>,
+    /// The model name in OpenAI responses and /v1/models (default: the model directory's name).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Engine device: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Seeds sampling for requests that give no seed.
+    #[arg(long, default_value_t = 0)]
+    pub random_seed: u64,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_body_bytes: usize,
+    /// Seconds a client has to send a request's headers, and then its body.
+    #[arg(long, default_value_t = 30.0)]
+    pub read_timeout_secs: f64,
+    /// On SIGTERM, seconds running requests get to finish.
+    #[arg(long, default_value_t = 30.0)]
+    pub drain_timeout_secs: f64,
+    /// Fault injection: the fraction of requests answered with a fault.
+    #[arg(long, default_value_t = 0.0)]
+    pub fail_rate: f64,
+    /// Which faults: rate_limit, server_error, context_length, invalid_api_key, drop, stall.
+    #[arg(long, value_delimiter = ',')]
+    pub fail_kinds: Vec<String>,
+    #[arg(long, default_value_t = 0)]
+    pub fail_seed: u64,
+    /// How long a `stall` fault holds a stream before closing it.
+    #[arg(long, default_value_t = 30.0)]
+    pub fail_stall_secs: f64,
 }
 
 #[derive(Debug, Args)]

@@ -110,7 +110,7 @@ fn model_init(a: ModelInitArgs) -> CliResult<()> {
     Ok(())
 }
 
-fn verify_method(name: Option<&str>, temperature: f32) -> CliResult<VerifyMethod> {
+pub(super) fn verify_method(name: Option<&str>, temperature: f32) -> CliResult<VerifyMethod> {
     Ok(match name {
         None if temperature > 0.0 => VerifyMethod::TargetOnly,
         None | Some("greedy") => VerifyMethod::Greedy,
@@ -126,7 +126,7 @@ fn verify_method(name: Option<&str>, temperature: f32) -> CliResult<VerifyMethod
 }
 
 /// SGLang's rules applied to command-line speculative settings.
-fn spec_settings(
+pub(super) fn spec_settings(
     steps: Option<u32>,
     topk: Option<u32>,
     draft_tokens: Option<u32>,

@@ -11,6 +11,7 @@ pub mod experiment;
 mod output;
 mod progress;
 pub mod render;
+mod serve;
 mod trace_cmd;
 
 use clap::Parser;
@@ -51,5 +52,6 @@ fn dispatch(cli: Cli) -> CliResult<()> {
         Command::Model(m) => engine::model_command(m),
         Command::Generate(a) => engine::generate(a),
         Command::Kernels(k) => engine::kernels_command(k),
+        Command::Serve(a) => serve::run(a),
     }
 }

@@ -33,6 +33,19 @@ pub struct RequestRecord {
     pub round_commits: Vec<u32>,
 }
 
+/// Tokens that became visible to one request's client together: one streamed chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ChunkEvent {
+    pub id: u64,
+    pub visible_ns: Nanos,
+    pub tokens: u32,
+    /// The chunk comes from a verify round (not from prefill, nor a round that did not
+    /// speculate).
+    pub spec_round: bool,
+    /// The request's last chunk.
+    pub finished: bool,
+}
+
 impl RequestRecord {
     pub fn output_tokens(&self) -> u32 {
         self.token_times_ns.len() as u32
@@ -105,4 +118,15 @@ pub trait Session {
     /// Serve until at least one submitted request has finished; return every request that
     /// finished (in order of finishing, ties by id).
     fn run_until_completion(&mut self) -> Result<Vec<RequestRecord>, BackendError>;
+    /// Serve every forward that starts at or before `deadline` (an arrival, a wall-clock
+    /// instant), then return the requests finished by then. An idle session's clock moves to
+    /// `deadline`; a busy one's may end past it, inside the forward that was running then:
+    /// a request submitted next waits for that forward, as it would on a server.
+    fn advance_to(&mut self, deadline: Nanos) -> Result<Vec<RequestRecord>, BackendError>;
+    /// From now on, keep a [`ChunkEvent`] for every streamed chunk, for [`Session::take_chunks`].
+    fn record_chunks(&mut self);
+    /// The chunks recorded since the last call, in the order their forwards ran.
+    fn take_chunks(&mut self) -> Vec<ChunkEvent>;
+    /// Drops a waiting or running request (its client went away); whether it was there.
+    fn cancel(&mut self, id: u64) -> bool;
 }

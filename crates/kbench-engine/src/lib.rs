@@ -10,6 +10,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod backend;
+pub mod batcher;
 pub mod cpu;
 pub mod cuda;
 pub mod device;

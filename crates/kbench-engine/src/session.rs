@@ -1,18 +1,20 @@
-//! The `engine` backend's scheduler, on any [`SpecModel`]: admit and prefill new requests up
-//! to the concurrency cap (a prefill batch, as SGLang schedules it), else one decode /
-//! speculative round over the whole running batch; continuous batching, wall-clock token
-//! times. On devices with KV slots a request holds one from admission to completion.
+//! The `engine` backend's session, on any [`SpecModel`]: the [`Batcher`]'s continuous
+//! batching (a prefill batch while slots are free, else one decode / speculative round over
+//! the running batch) with wall-clock token times. On devices with KV slots a request holds
+//! one from admission to completion.
 
-use std::collections::VecDeque;
-use std::time::Instant;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
-use kbench_core::backend::{BackendError, Nanos, Request, RequestRecord, Session};
+use kbench_core::backend::{BackendError, ChunkEvent, Nanos, Request, RequestRecord, Session};
 use kbench_core::spec::{Experiment, VerifyMethod};
+use kbench_core::verify::SamplingParams;
 
 use crate::backend::random_prompt;
+use crate::batcher::{Batcher, Commit, SeqParams};
 use crate::error::EngineError;
 use crate::passes::SpecModel;
-use crate::spec::{decode_step, prefill, seq_rng, spec_round, Seq, SpecSettings};
+use crate::spec::SpecSettings;
 
 pub(crate) const NAME: &str = "engine";
 
@@ -63,45 +65,33 @@ impl Serving {
     }
 }
 
-struct Waiting {
-    request: Request,
-    prompt: Vec<u32>,
-    submitted_ns: Nanos,
-}
-
-struct Live<C> {
-    seq: Seq<C>,
-    slot: usize,
+struct Live {
     request: Request,
     submitted_ns: Nanos,
     token_times: Vec<Nanos>,
+    round_commits: Vec<u32>,
 }
 
 pub(crate) struct EngineSession<M: SpecModel> {
-    model: M,
+    batcher: Batcher<M>,
     serving: Serving,
     /// Message of errors from the device's passes.
     error: &'static str,
     start: Instant,
-    cap: usize,
-    waiting: VecDeque<Waiting>,
-    running: Vec<Live<M::Caches>>,
-    /// KV slots no running request holds; `None` where the device has no slots.
-    free_slots: Option<Vec<usize>>,
+    live: BTreeMap<u64, Live>,
+    chunks: Option<Vec<ChunkEvent>>,
 }
 
 impl<M: SpecModel> EngineSession<M> {
     pub fn new(model: M, serving: Serving, error: &'static str, concurrency: u32) -> Self {
-        let free_slots = model.kv_slots().map(|n| (0..n).rev().collect());
+        let limit = (concurrency.max(1) as usize).min(serving.max_running);
         EngineSession {
-            model,
+            batcher: Batcher::new(model, serving.spec, limit),
             serving,
             error,
             start: Instant::now(),
-            cap: concurrency.max(1) as usize,
-            waiting: VecDeque::new(),
-            running: Vec::new(),
-            free_slots,
+            live: BTreeMap::new(),
+            chunks: None,
         }
     }
 
@@ -113,43 +103,60 @@ impl<M: SpecModel> EngineSession<M> {
         BackendError::failed(NAME, self.error, e)
     }
 
-    /// Takes waiting requests while the cap and the free slots allow.
-    fn admit(&mut self, limit: usize) -> Vec<Live<M::Caches>> {
-        let mut admitted = Vec::new();
-        while self.running.len() + admitted.len() < limit && !self.waiting.is_empty() {
-            let slot = match &mut self.free_slots {
-                Some(free) => match free.pop() {
-                    Some(slot) => slot,
-                    None => break,
-                },
-                None => 0,
+    /// One forward; returns the requests it finished, by id.
+    fn step(&mut self) -> std::result::Result<Vec<RequestRecord>, BackendError> {
+        let commits = match self.batcher.step() {
+            Ok(c) => c,
+            Err(e) => {
+                self.batcher.clear();
+                self.live.clear();
+                return Err(self.fail(e));
+            }
+        };
+        let now = self.now();
+        let spec_on = self.serving.spec.is_some();
+        let mut finished = Vec::new();
+        for Commit {
+            id,
+            tokens,
+            round,
+            finish,
+        } in commits
+        {
+            let Some(l) = self.live.get_mut(&id) else {
+                continue;
             };
-            let w = self.waiting.pop_front().expect("checked");
-            let s = &self.serving;
-            let seq = Seq::with_caches(
-                w.request.id,
-                w.prompt,
-                w.request.max_tokens as usize,
-                s.temperature,
-                seq_rng(s.seed, w.request.id),
-                self.model.new_caches(slot),
-            );
-            admitted.push(Live {
-                seq,
-                slot,
-                request: w.request,
-                submitted_ns: w.submitted_ns,
-                token_times: Vec::new(),
-            });
+            l.token_times.extend(std::iter::repeat_n(now, tokens.len()));
+            if spec_on && round.is_some() {
+                l.round_commits.push(tokens.len() as u32);
+            }
+            if let Some(chunks) = &mut self.chunks {
+                chunks.push(ChunkEvent {
+                    id,
+                    visible_ns: now,
+                    tokens: tokens.len() as u32,
+                    spec_round: round.is_some(),
+                    finished: finish.is_some(),
+                });
+            }
+            if finish.is_some() {
+                finished.push(id);
+            }
         }
-        admitted
+        finished.sort_unstable();
+        Ok(finished
+            .into_iter()
+            .filter_map(|id| self.live.remove(&id))
+            .map(|l| RequestRecord {
+                id: l.request.id,
+                warmup: l.request.warmup,
+                input_len: l.request.input_len,
+                submitted_ns: l.submitted_ns,
+                token_times_ns: l.token_times,
+                round_commits: l.round_commits,
+            })
+            .collect())
     }
-}
-
-fn stamp<C>(now: Nanos, live: &mut Live<C>, before: usize) {
-    let after = live.seq.output_len();
-    live.token_times
-        .extend(std::iter::repeat_n(now, after.saturating_sub(before)));
 }
 
 impl<M: SpecModel> Session for EngineSession<M> {
@@ -158,89 +165,70 @@ impl<M: SpecModel> Session for EngineSession<M> {
     }
 
     fn submit(&mut self, request: Request) -> std::result::Result<(), BackendError> {
-        if request.max_tokens == 0 {
-            return Err(BackendError::msg(
-                NAME,
-                format!("request {} asks for 0 tokens", request.id),
-            ));
-        }
         let prompt = random_prompt(
             self.serving.seed,
             request.id,
             request.input_len as usize,
-            self.model.vocab(),
+            self.batcher.vocab(),
         );
+        let params = SeqParams {
+            max_new: request.max_tokens as usize,
+            sampling: SamplingParams::temperature(self.serving.temperature),
+            seed: self.serving.seed,
+            stream: request.id,
+            stop_token_ids: Vec::new(),
+        };
+        self.batcher
+            .submit(request.id, prompt, params)
+            .map_err(|e| BackendError::failed(NAME, "request refused", e))?;
         let submitted_ns = self.now();
-        self.waiting.push_back(Waiting {
-            request,
-            prompt,
-            submitted_ns,
-        });
+        self.live.insert(
+            request.id,
+            Live {
+                request,
+                submitted_ns,
+                token_times: Vec::new(),
+                round_commits: Vec::new(),
+            },
+        );
         Ok(())
     }
 
     fn run_until_completion(&mut self) -> std::result::Result<Vec<RequestRecord>, BackendError> {
-        let limit = self.cap.min(self.serving.max_running);
-        loop {
-            if self.running.is_empty() && self.waiting.is_empty() {
-                return Ok(Vec::new());
-            }
-            let mut admitted = self.admit(limit);
-            if !admitted.is_empty() {
-                let mut refs: Vec<&mut Seq<M::Caches>> =
-                    admitted.iter_mut().map(|l| &mut l.seq).collect();
-                prefill(&mut self.model, &mut refs).map_err(|e| self.fail(e))?;
-                let now = self.now();
-                for mut l in admitted {
-                    stamp(now, &mut l, 0);
-                    self.running.push(l);
-                }
-            } else {
-                let before: Vec<usize> = self.running.iter().map(|l| l.seq.output_len()).collect();
-                let mut refs: Vec<&mut Seq<M::Caches>> =
-                    self.running.iter_mut().map(|l| &mut l.seq).collect();
-                let done = match &self.serving.spec {
-                    Some(cfg) => spec_round(&mut self.model, &mut refs, cfg).map(drop),
-                    None => decode_step(&mut self.model, &mut refs),
-                };
-                done.map_err(|e| self.fail(e))?;
-                let now = self.now();
-                for (l, bf) in self.running.iter_mut().zip(before) {
-                    stamp(now, l, bf);
-                }
-            }
-            let (finished, keep): (Vec<_>, Vec<_>) =
-                self.running.drain(..).partition(|l| l.seq.finished());
-            self.running = keep;
+        while !self.batcher.is_idle() {
+            let finished = self.step()?;
             if !finished.is_empty() {
-                return Ok(self.retire(finished));
+                return Ok(finished);
             }
         }
+        Ok(Vec::new())
     }
-}
 
-impl<M: SpecModel> EngineSession<M> {
-    /// Records of finished requests, by id; their slots become free.
-    fn retire(&mut self, mut finished: Vec<Live<M::Caches>>) -> Vec<RequestRecord> {
-        if let Some(free) = &mut self.free_slots {
-            free.extend(finished.iter().map(|l| l.slot));
+    fn advance_to(
+        &mut self,
+        deadline: Nanos,
+    ) -> std::result::Result<Vec<RequestRecord>, BackendError> {
+        let mut out = Vec::new();
+        while !self.batcher.is_idle() && self.now() <= deadline {
+            out.extend(self.step()?);
         }
-        finished.sort_by_key(|l| l.request.id);
-        let spec_on = self.serving.spec.is_some();
-        finished
-            .into_iter()
-            .map(|l| RequestRecord {
-                id: l.request.id,
-                warmup: l.request.warmup,
-                input_len: l.request.input_len,
-                submitted_ns: l.submitted_ns,
-                token_times_ns: l.token_times,
-                round_commits: if spec_on {
-                    l.seq.round_commits
-                } else {
-                    Vec::new()
-                },
-            })
-            .collect()
+        let now = self.now();
+        if self.batcher.is_idle() && now < deadline {
+            std::thread::sleep(Duration::from_nanos(deadline - now));
+        }
+        Ok(out)
+    }
+
+    fn record_chunks(&mut self) {
+        self.chunks.get_or_insert_with(Vec::new);
+    }
+
+    fn take_chunks(&mut self) -> Vec<ChunkEvent> {
+        self.chunks.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn cancel(&mut self, id: u64) -> bool {
+        self.live.remove(&id);
+        self.batcher.cancel(id)
     }
 }

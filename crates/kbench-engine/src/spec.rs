@@ -51,6 +51,10 @@ pub struct Seq<C> {
     pub tokens: Vec<u32>,
     pub max_new: usize,
     pub temperature: f32,
+    /// Target sampling cuts (0 = no top-k cut, 1.0 = no top-p cut), applied with the
+    /// temperature wherever the target's distribution is sampled.
+    pub top_k: u32,
+    pub top_p: f32,
     pub caches: C,
     /// Draft logits (draft vocab) and pre-norm hidden at the last draft-extend entry: they
     /// seed the next round's step 0.
@@ -79,6 +83,8 @@ impl<C> Seq<C> {
             tokens: prompt,
             max_new,
             temperature,
+            top_k: 0,
+            top_p: 1.0,
             caches,
             root_logits: Vec::new(),
             root_aux: Vec::new(),
@@ -114,10 +120,18 @@ impl<C> Seq<C> {
         if self.temperature <= 0.0 {
             return Ok(argmax(logits) as u32);
         }
-        let p = target_distribution(logits, &SamplingParams::temperature(self.temperature))?;
+        let p = target_distribution(logits, &self.sampling())?;
         sample_from(&p, &mut self.rng)
             .map(|i| i as u32)
             .ok_or_else(|| EngineError::Invalid("empty target distribution".into()))
+    }
+
+    pub fn sampling(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+        }
     }
 
     /// Seeds the next round from the last of the `n` rows of a draft extend.
@@ -588,11 +602,11 @@ fn verify<C>(
         // Greedy tree walk on sampled target tokens is not lossless; treat a temperature > 0
         // with greedy verification as target-only sampling.
         VerifyMethod::Greedy | VerifyMethod::TargetOnly => {
-            let p = target_probs(logits, n, vocab, s.temperature)?;
+            let p = target_probs(logits, n, vocab, &s.sampling())?;
             verify_target_only(tree, &p, &mut s.rng)?
         }
         VerifyMethod::Exact => {
-            let p = target_probs(logits, n, vocab, s.temperature)?;
+            let p = target_probs(logits, n, vocab, &s.sampling())?;
             let uniform = vec![1.0 / vocab as f32; vocab];
             let q: Vec<Vec<f32>> = tree
                 .nodes
@@ -611,12 +625,17 @@ fn verify<C>(
     })
 }
 
-fn target_probs(logits: &[f32], n: usize, vocab: usize, temperature: f32) -> Result<Vec<Vec<f32>>> {
+fn target_probs(
+    logits: &[f32],
+    n: usize,
+    vocab: usize,
+    sampling: &SamplingParams,
+) -> Result<Vec<Vec<f32>>> {
     (0..n)
         .map(|i| {
             Ok(target_distribution(
                 &logits[i * vocab..(i + 1) * vocab],
-                &SamplingParams::temperature(temperature),
+                sampling,
             )?)
         })
         .collect()

@@ -19,7 +19,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use kbench_core::acceptance::AcceptanceModel;
-use kbench_core::backend::{Backend, BackendError, Nanos, Request, RequestRecord, Session};
+use kbench_core::backend::{
+    Backend, BackendError, ChunkEvent, Nanos, Request, RequestRecord, Session,
+};
 use kbench_core::spec::{Experiment, SpecConfig};
 
 use crate::cost::{CostModel, RoundBreakdown};
@@ -153,6 +155,7 @@ impl Backend for SimBackend {
             running: Vec::new(),
             frontend_free: 0,
             delivering: Vec::new(),
+            chunks: None,
         }))
     }
 }
@@ -189,6 +192,8 @@ struct SimSession<'a> {
     frontend_free: Nanos,
     /// Finished requests whose last token the front end has not delivered yet.
     delivering: Vec<RequestRecord>,
+    /// Streamed chunks, kept only when a caller asked for them (`kbench serve --sim`).
+    chunks: Option<Vec<ChunkEvent>>,
 }
 
 fn fail(e: SimError) -> BackendError {
@@ -242,6 +247,15 @@ impl SimSession<'_> {
         let visible = self.deliver(batch.len() as u32);
         for mut r in batch {
             r.token_times.push(visible);
+            if let Some(chunks) = &mut self.chunks {
+                chunks.push(ChunkEvent {
+                    id: r.req.id,
+                    visible_ns: visible,
+                    tokens: 1,
+                    spec_round: false,
+                    finished: r.done(),
+                });
+            }
             if r.done() {
                 self.delivering.push(r.into_record());
             } else {
@@ -281,6 +295,15 @@ impl SimSession<'_> {
             // round committing one token, so round commits always sum to tokens - 1.
             if self.b.spec.is_speculative() {
                 r.round_commits.push(n);
+            }
+            if let Some(chunks) = &mut self.chunks {
+                chunks.push(ChunkEvent {
+                    id: r.req.id,
+                    visible_ns: visible,
+                    tokens: n,
+                    spec_round: speculate,
+                    finished: r.done(),
+                });
             }
         }
         let mut i = 0;
@@ -342,5 +365,37 @@ impl Session for SimSession<'_> {
                 self.decode_round()?;
             }
         }
+    }
+
+    fn advance_to(&mut self, deadline: Nanos) -> Result<Vec<RequestRecord>, BackendError> {
+        while self.now <= deadline && !(self.running.is_empty() && self.waiting.is_empty()) {
+            if !self.waiting.is_empty() && (self.running.len() as u32) < self.b.max_running {
+                self.prefill()?;
+            } else {
+                self.decode_round()?;
+            }
+        }
+        self.now = self.now.max(deadline);
+        Ok(self.delivered())
+    }
+
+    fn record_chunks(&mut self) {
+        self.chunks.get_or_insert_with(Vec::new);
+    }
+
+    fn take_chunks(&mut self) -> Vec<ChunkEvent> {
+        self.chunks.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn cancel(&mut self, id: u64) -> bool {
+        if let Some(i) = self.waiting.iter().position(|r| r.req.id == id) {
+            self.waiting.remove(i);
+            return true;
+        }
+        if let Some(i) = self.running.iter().position(|r| r.req.id == id) {
+            self.running.remove(i);
+            return true;
+        }
+        false
     }
 }

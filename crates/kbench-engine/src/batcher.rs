@@ -1,0 +1,286 @@
+//! Continuous batching, one forward at a time, on any [`SpecModel`]: the scheduler under the
+//! `engine` backend's sessions and under `kbench serve`.
+//!
+//! Each [`Batcher::step`] runs one forward, as SGLang's scheduler does: while a slot is free
+//! and requests wait, a prefill batch (which yields each request's first token); otherwise one
+//! decode step or speculative round over every running request. It reports what each request
+//! committed in that forward, so a server can stream one chunk per round.
+
+use std::collections::VecDeque;
+
+use kbench_core::verify::SamplingParams;
+
+use crate::error::{EngineError, Result};
+use crate::passes::SpecModel;
+use crate::spec::{decode_step, prefill, seq_rng, spec_round, Seq, SpecSettings};
+
+/// How one request is decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeqParams {
+    pub max_new: usize,
+    pub sampling: SamplingParams,
+    /// The request's sampling stream is `seq_rng(seed, stream)`: a server passes the client's
+    /// seed and 0, so one seed gives the same tokens whatever order requests arrive in.
+    pub seed: u64,
+    pub stream: u64,
+    /// Token ids that end the request (kept in its output), e.g. the EOS id unless the client
+    /// asked to ignore it.
+    pub stop_token_ids: Vec<u32>,
+}
+
+/// Why a request stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// `max_new` tokens were produced.
+    Length,
+    /// This stop token was produced.
+    Stop(u32),
+}
+
+/// What one forward did for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Commit {
+    pub id: u64,
+    /// Tokens committed by this forward (after a stop token, none).
+    pub tokens: Vec<u32>,
+    /// Set for a verify round (not for prefill or plain decode): the draft tokens the round
+    /// verified and how many of them the committed tokens took.
+    pub round: Option<RoundStats>,
+    pub finish: Option<Finish>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundStats {
+    /// Draft tokens submitted for verification: SGLang's `num_draft_tokens - 1`.
+    pub proposed: u32,
+    /// Of those, the ones committed (tokens committed minus the bonus token).
+    pub accepted: u32,
+}
+
+struct Waiting {
+    id: u64,
+    prompt: Vec<u32>,
+    params: SeqParams,
+}
+
+struct Running<C> {
+    seq: Seq<C>,
+    slot: usize,
+    stop_token_ids: Vec<u32>,
+}
+
+pub struct Batcher<M: SpecModel> {
+    model: M,
+    spec: Option<SpecSettings>,
+    max_running: usize,
+    waiting: VecDeque<Waiting>,
+    running: Vec<Running<M::Caches>>,
+    /// KV slots no running request holds; `None` where the device has no slots.
+    free_slots: Option<Vec<usize>>,
+}
+
+impl<M: SpecModel> Batcher<M> {
+    pub fn new(model: M, spec: Option<SpecSettings>, max_running: usize) -> Batcher<M> {
+        let free_slots = model.kv_slots().map(|n| (0..n).rev().collect());
+        Batcher {
+            model,
+            spec,
+            max_running: max_running.max(1),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            free_slots,
+        }
+    }
+
+    pub fn vocab(&self) -> usize {
+        self.model.vocab()
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    pub fn running_len(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn waiting_len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Queues a request; it is admitted at a later forward.
+    pub fn submit(&mut self, id: u64, prompt: Vec<u32>, params: SeqParams) -> Result<()> {
+        if params.max_new == 0 {
+            return Err(EngineError::Invalid(format!(
+                "request {id} asks for 0 tokens"
+            )));
+        }
+        if prompt.is_empty() {
+            return Err(EngineError::Invalid(format!("request {id}: empty prompt")));
+        }
+        let vocab = self.model.vocab();
+        if let Some(t) = prompt.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::Invalid(format!(
+                "request {id}: token id {t} is outside the vocabulary (0..{vocab})"
+            )));
+        }
+        self.waiting.push_back(Waiting { id, prompt, params });
+        Ok(())
+    }
+
+    /// Drops a request, waiting or running; frees its slot. Returns whether it was there.
+    pub fn cancel(&mut self, id: u64) -> bool {
+        if let Some(i) = self.waiting.iter().position(|w| w.id == id) {
+            self.waiting.remove(i);
+            return true;
+        }
+        if let Some(i) = self.running.iter().position(|r| r.seq.id == id) {
+            let r = self.running.remove(i);
+            self.free(r.slot);
+            return true;
+        }
+        false
+    }
+
+    /// Drops every request (after a failed forward, whose caches can no longer be trusted).
+    pub fn clear(&mut self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.waiting.drain(..).map(|w| w.id).collect();
+        let running: Vec<_> = self.running.drain(..).collect();
+        for r in running {
+            ids.push(r.seq.id);
+            self.free(r.slot);
+        }
+        ids
+    }
+
+    fn free(&mut self, slot: usize) {
+        if let Some(free) = &mut self.free_slots {
+            free.push(slot);
+        }
+    }
+
+    /// Takes waiting requests while the cap and the free slots allow.
+    fn admit(&mut self) -> Vec<Running<M::Caches>> {
+        let mut admitted = Vec::new();
+        while self.running.len() + admitted.len() < self.max_running {
+            if self.waiting.is_empty() {
+                break;
+            }
+            let slot = match &mut self.free_slots {
+                Some(free) => match free.pop() {
+                    Some(slot) => slot,
+                    None => break,
+                },
+                None => 0,
+            };
+            let w = self.waiting.pop_front().expect("checked");
+            let mut seq = Seq::with_caches(
+                w.id,
+                w.prompt,
+                w.params.max_new,
+                w.params.sampling.temperature,
+                seq_rng(w.params.seed, w.params.stream),
+                self.model.new_caches(slot),
+            );
+            seq.top_k = w.params.sampling.top_k;
+            seq.top_p = w.params.sampling.top_p;
+            admitted.push(Running {
+                seq,
+                slot,
+                stop_token_ids: w.params.stop_token_ids,
+            });
+        }
+        admitted
+    }
+
+    /// Runs one forward (a prefill batch, else a decode step or speculative round over the
+    /// running batch) and reports each request's commits, in batch order. Finished requests
+    /// leave the batch. Nothing to do: an empty list. On an error the caller should
+    /// [`Batcher::clear`]: the running requests' caches are in an unknown state.
+    pub fn step(&mut self) -> Result<Vec<Commit>> {
+        let mut admitted = self.admit();
+        let mut commits;
+        if !admitted.is_empty() {
+            let mut refs: Vec<&mut Seq<M::Caches>> =
+                admitted.iter_mut().map(|r| &mut r.seq).collect();
+            if let Err(e) = prefill(&mut self.model, &mut refs) {
+                for r in admitted {
+                    self.free(r.slot);
+                }
+                return Err(e);
+            }
+            commits = Vec::with_capacity(admitted.len());
+            for mut r in admitted {
+                commits.push(take_commit(&mut r, 0, None));
+                self.running.push(r);
+            }
+        } else if !self.running.is_empty() {
+            let before: Vec<usize> = self.running.iter().map(|r| r.seq.output_len()).collect();
+            let mut refs: Vec<&mut Seq<M::Caches>> =
+                self.running.iter_mut().map(|r| &mut r.seq).collect();
+            let proposed = match &self.spec {
+                Some(cfg) => {
+                    spec_round(&mut self.model, &mut refs, cfg)?;
+                    Some(cfg.num_draft_tokens.saturating_sub(1))
+                }
+                None => {
+                    decode_step(&mut self.model, &mut refs)?;
+                    None
+                }
+            };
+            commits = Vec::with_capacity(self.running.len());
+            for (r, b) in self.running.iter_mut().zip(before) {
+                commits.push(take_commit(r, b, proposed));
+            }
+        } else {
+            return Ok(Vec::new());
+        }
+        let mut i = 0;
+        while i < self.running.len() {
+            if commits
+                .iter()
+                .any(|c| c.id == self.running[i].seq.id && c.finish.is_some())
+            {
+                let r = self.running.remove(i);
+                self.free(r.slot);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(commits)
+    }
+}
+
+/// The tokens a forward appended to `r` past `before`, cut after the first stop token.
+fn take_commit<C>(r: &mut Running<C>, before: usize, proposed: Option<u32>) -> Commit {
+    let start = r.seq.prompt_len + before;
+    let new = &r.seq.tokens[start..];
+    let stop_at = new
+        .iter()
+        .position(|t| r.stop_token_ids.contains(t))
+        .map(|i| (i, new[i]));
+    if let Some((i, _)) = stop_at {
+        r.seq.tokens.truncate(start + i + 1);
+        // keep round_commits summing to the output, as the client sees it
+        if proposed.is_some() {
+            if let Some(last) = r.seq.round_commits.last_mut() {
+                *last = (i + 1) as u32;
+            }
+        }
+    }
+    let tokens = r.seq.tokens[start..].to_vec();
+    let finish = match stop_at {
+        Some((_, t)) => Some(Finish::Stop(t)),
+        None if r.seq.finished() => Some(Finish::Length),
+        None => None,
+    };
+    Commit {
+        id: r.seq.id,
+        round: proposed.map(|p| RoundStats {
+            proposed: p,
+            accepted: (tokens.len() as u32).saturating_sub(1),
+        }),
+        tokens,
+        finish,
+    }
+}

@@ -1,0 +1,294 @@
+//! OpenAI's endpoints as vLLM and SGLang serve them: `/v1/completions`,
+//! `/v1/chat/completions` (streaming or not, `stream_options`), `/v1/models`.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::body::{only, read_json, OneOrMany, Prompt};
+use crate::chat::{self, Message};
+use crate::error::ApiError;
+use crate::gen::{Delta, GenRequest, Generation};
+use crate::sglang::fault_for;
+use crate::state::AppState;
+use crate::stream::{self, Format};
+
+/// OpenAI's default `max_tokens` for completions.
+const DEFAULT_COMPLETION_TOKENS: u32 = 16;
+/// For chat, vLLM fills the context; on kbench's CPU engine that can take minutes, so a
+/// request without `max_tokens` gets this (docs/serve.md).
+const DEFAULT_CHAT_TOKENS: u32 = 128;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+    #[serde(default)]
+    continuous_usage_stats: bool,
+}
+
+/// The sampling fields completions and chat share (vLLM's extra ones included).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Common {
+    model: Option<String>,
+    max_tokens: Option<u32>,
+    max_completion_tokens: Option<u32>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i64>,
+    seed: Option<u64>,
+    stop: Option<OneOrMany>,
+    stop_token_ids: Option<Vec<u32>>,
+    ignore_eos: Option<bool>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    n: Option<u32>,
+    user: Option<String>,
+    presence_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+    logprobs: Option<Value>,
+    skip_special_tokens: Option<bool>,
+}
+
+impl Common {
+    fn request(
+        &mut self,
+        state: &AppState,
+        prompt: Vec<u32>,
+        default_max: u32,
+    ) -> Result<GenRequest, ApiError> {
+        if let Some(m) = &self.model {
+            if *m != state.model.served_name {
+                return Err(ApiError {
+                    param: Some("model"),
+                    ..ApiError::not_found(&format!("The model `{m}`"))
+                });
+            }
+        }
+        only("n", self.n, 1)?;
+        only("presence_penalty", self.presence_penalty, 0.0)?;
+        only("frequency_penalty", self.frequency_penalty, 0.0)?;
+        only("skip_special_tokens", self.skip_special_tokens, true)?;
+        match &self.logprobs {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+            Some(_) => {
+                return Err(
+                    ApiError::bad_request("`logprobs` is not supported by kbench serve")
+                        .with_param("logprobs"),
+                )
+            }
+        }
+        let _ = &self.user;
+        let top_k = match self.top_k {
+            None | Some(-1) | Some(0) => 0,
+            Some(k) if k > 0 => k as u32,
+            Some(k) => {
+                return Err(
+                    ApiError::bad_request(format!("top_k {k} must be -1 or positive"))
+                        .with_param("top_k"),
+                )
+            }
+        };
+        Ok(GenRequest {
+            prompt,
+            max_new: self
+                .max_completion_tokens
+                .or(self.max_tokens)
+                .unwrap_or(default_max),
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(1.0),
+            top_k,
+            seed: self.seed,
+            ignore_eos: self.ignore_eos.unwrap_or(false),
+            stop: self
+                .stop
+                .take()
+                .map(OneOrMany::into_vec)
+                .unwrap_or_default(),
+            stop_token_ids: self.stop_token_ids.take().unwrap_or_default(),
+        })
+    }
+}
+
+/// Takes and parses one field of a request object.
+fn take<T: serde::de::DeserializeOwned>(
+    fields: &mut serde_json::Map<String, Value>,
+    name: &'static str,
+) -> Result<Option<T>, ApiError> {
+    match fields.remove(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v)
+            .map(Some)
+            .map_err(|e| ApiError::bad_request(format!("invalid `{name}`: {e}")).with_param(name)),
+    }
+}
+
+fn created() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+pub async fn completions(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match start(&state, body, false).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+pub async fn chat_completions(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match start(&state, body, true).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn start(state: &Arc<AppState>, body: Body, chat: bool) -> Result<Response, ApiError> {
+    // The endpoint's own fields come off first; the rest must all be known sampling fields.
+    let mut fields: serde_json::Map<String, Value> = read_json(state, body).await?;
+    let (prompt, default_max) = if chat {
+        let messages: Vec<Message> = take(&mut fields, "messages")?.ok_or_else(|| {
+            ApiError::bad_request("`messages` is required").with_param("messages")
+        })?;
+        let text = chat::render(&messages)?;
+        (state.codec.encode(&text)?, DEFAULT_CHAT_TOKENS)
+    } else {
+        let prompt: Prompt = take(&mut fields, "prompt")?
+            .ok_or_else(|| ApiError::bad_request("`prompt` is required").with_param("prompt"))?;
+        only("echo", take::<bool>(&mut fields, "echo")?, false)?;
+        (prompt.ids(state)?, DEFAULT_COMPLETION_TOKENS)
+    };
+    let mut common: Common = serde_json::from_value(Value::Object(fields))
+        .map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))?;
+    let req = common.request(state, prompt, default_max)?;
+    let id = state.next_id();
+    let fault = fault_for(state, id)?;
+    let gen = Generation::start(state, req, id)?;
+    let opts = common.stream_options.unwrap_or_default();
+    let format = OpenAiFormat {
+        id: format!("{}-{id:016x}", if chat { "chatcmpl" } else { "cmpl" }),
+        chat,
+        model: state.model.served_name.clone(),
+        created: created(),
+        include_usage: opts.include_usage,
+        continuous_usage: opts.continuous_usage_stats,
+        first: true,
+    };
+    Ok(if common.stream.unwrap_or(false) {
+        stream::sse(gen, format, fault)
+    } else {
+        stream::whole(gen, format, fault).await
+    })
+}
+
+struct OpenAiFormat {
+    id: String,
+    chat: bool,
+    model: String,
+    created: u64,
+    include_usage: bool,
+    continuous_usage: bool,
+    first: bool,
+}
+
+fn usage(gen: &Generation) -> Value {
+    json!({
+        "prompt_tokens": gen.prompt_tokens,
+        "completion_tokens": gen.completion_tokens(),
+        "total_tokens": gen.prompt_tokens + gen.completion_tokens(),
+    })
+}
+
+impl OpenAiFormat {
+    fn object(&self, streaming: bool) -> &'static str {
+        match (self.chat, streaming) {
+            (true, true) => "chat.completion.chunk",
+            (true, false) => "chat.completion",
+            (false, _) => "text_completion",
+        }
+    }
+
+    fn envelope(&self, streaming: bool, choices: Value) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("id".into(), json!(self.id));
+        m.insert("object".into(), json!(self.object(streaming)));
+        m.insert("created".into(), json!(self.created));
+        m.insert("model".into(), json!(self.model));
+        m.insert("choices".into(), choices);
+        m
+    }
+}
+
+impl Format for OpenAiFormat {
+    fn chunk(&mut self, gen: &Generation, delta: &Delta) -> Vec<Value> {
+        let finish = delta.finish.as_ref();
+        let mut choice = if self.chat {
+            let mut d = serde_json::Map::new();
+            if self.first {
+                d.insert("role".into(), json!("assistant"));
+            }
+            d.insert("content".into(), json!(delta.text));
+            json!({"index": 0, "delta": d, "logprobs": null})
+        } else {
+            json!({"index": 0, "text": delta.text, "logprobs": null})
+        };
+        self.first = false;
+        choice["finish_reason"] = finish.map(|f| json!(f.openai())).unwrap_or(Value::Null);
+        if let Some(f) = finish {
+            choice["matched_stop"] = f.matched_stop();
+        }
+        let mut m = self.envelope(true, json!([choice]));
+        if self.continuous_usage {
+            m.insert("usage".into(), usage(gen));
+        }
+        vec![Value::Object(m)]
+    }
+
+    fn end(&mut self, gen: &Generation) -> Vec<Value> {
+        if !self.include_usage {
+            return Vec::new();
+        }
+        let mut m = self.envelope(true, json!([]));
+        m.insert("usage".into(), usage(gen));
+        vec![Value::Object(m)]
+    }
+
+    fn whole(&mut self, gen: &Generation) -> Value {
+        let finish = gen.finish.as_ref();
+        let mut choice = if self.chat {
+            json!({"index": 0, "message": {"role": "assistant", "content": gen.text}, "logprobs": null})
+        } else {
+            json!({"index": 0, "text": gen.text, "logprobs": null})
+        };
+        choice["finish_reason"] = finish.map(|f| json!(f.openai())).unwrap_or(Value::Null);
+        choice["matched_stop"] = finish.map(|f| f.matched_stop()).unwrap_or(Value::Null);
+        let mut m = self.envelope(false, json!([choice]));
+        m.insert("usage".into(), usage(gen));
+        Value::Object(m)
+    }
+}
+
+pub async fn models(State(state): State<Arc<AppState>>) -> Response {
+    let m = &state.model;
+    axum::Json(json!({
+        "object": "list",
+        "data": [{
+            "id": m.served_name,
+            "object": "model",
+            "created": created(),
+            "owned_by": "kbench",
+            "root": m.model_path,
+            "parent": null,
+            "max_model_len": m.context_length,
+        }]
+    }))
+    .into_response()
+}

@@ -1,0 +1,130 @@
+//! What every handler shares: the settings, the worker, the text codec, the counters, and
+//! the count of requests in flight.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::faults::Faults;
+use crate::stats::Stats;
+use crate::text::TextCodec;
+use crate::worker::WorkerHandle;
+
+/// Limits that keep hostile or broken clients from hurting others.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Largest request body accepted (413 beyond).
+    pub max_body_bytes: usize,
+    /// A request's headers must arrive within this, its body within this after them.
+    pub read_timeout: Duration,
+    /// Requests running or queued at once; beyond, 429.
+    pub max_in_flight: usize,
+    /// After SIGTERM (or a shutdown), how long running requests may take to finish.
+    pub drain_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_body_bytes: 4 << 20,
+            read_timeout: Duration::from_secs(30),
+            max_in_flight: 4096,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Facts about the model the endpoints report.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// `model` in OpenAI responses and `/v1/models` (SGLang's `--served-model-name`).
+    pub served_name: String,
+    pub model_path: String,
+    pub tokenizer_path: Option<String>,
+    pub context_length: usize,
+    pub vocab: usize,
+    pub eos_token_id: Option<u32>,
+    /// `num_draft_tokens - 1` when speculating (positions of vLLM's per-position counter).
+    pub draft_positions: usize,
+}
+
+pub struct AppState {
+    pub model: ModelInfo,
+    /// `/get_server_info`'s server arguments (and, for `--sim`, the modelled deployment).
+    pub server_info: Value,
+    pub worker: WorkerHandle,
+    pub codec: TextCodec,
+    pub stats: Stats,
+    pub limits: Limits,
+    pub faults: Faults,
+    pub api_key: Option<String>,
+    /// Requests admitted and not yet finished (streams not yet closed).
+    pub in_flight: AtomicUsize,
+    next_id: AtomicU64,
+    pub started: Instant,
+    /// The sampling seed of requests that give none.
+    pub default_seed: u64,
+}
+
+impl AppState {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        model: ModelInfo,
+        server_info: Value,
+        worker: WorkerHandle,
+        codec: TextCodec,
+        limits: Limits,
+        faults: Faults,
+        api_key: Option<String>,
+        default_seed: u64,
+    ) -> Arc<AppState> {
+        Arc::new(AppState {
+            model,
+            server_info,
+            worker,
+            codec,
+            stats: Stats::default(),
+            limits,
+            faults,
+            api_key,
+            in_flight: AtomicUsize::new(0),
+            next_id: AtomicU64::new(0),
+            started: Instant::now(),
+            default_seed,
+        })
+    }
+
+    /// Arrival number of the next request: its id for the worker and for fault picks.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+}
+
+/// Holds one in-flight slot; released on drop, however the request ends.
+pub struct InFlight(Arc<AppState>);
+
+impl InFlight {
+    /// None when the server already holds `max_in_flight` requests.
+    pub fn acquire(state: &Arc<AppState>) -> Option<InFlight> {
+        let max = state.limits.max_in_flight;
+        state
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| InFlight(state.clone()))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}

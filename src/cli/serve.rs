@@ -1,0 +1,381 @@
+//! `kbench serve`: SGLang-style flags into a [`kbench_serve::ServeConfig`], then serve until
+//! SIGTERM or Ctrl-C.
+
+use std::path::Path;
+use std::time::Duration;
+
+use kbench_core::backend::Backend;
+use kbench_core::spec::load_experiment;
+use kbench_engine::{Device, SpecSettings};
+use kbench_serve::engine::EngineLoad;
+use kbench_serve::sim::SimWorker;
+use kbench_serve::{Faults, Limits, ModelInfo, ServeConfig, Source, TextCodec};
+use serde_json::{json, Value};
+
+use super::args::ServeArgs;
+use super::backends::acceptance_for;
+use super::engine::{spec_settings, verify_method};
+use super::error::{spec_error, CliError, CliResult};
+use super::exit;
+
+fn invalid(message: impl Into<String>) -> CliError {
+    CliError::new(exit::INVALID_INPUT, message)
+}
+
+fn seconds(flag: &str, s: f64) -> CliResult<Duration> {
+    if s.is_finite() && s > 0.0 {
+        Ok(Duration::from_secs_f64(s))
+    } else {
+        Err(invalid(format!(
+            "--{flag} {s} must be a positive number of seconds"
+        )))
+    }
+}
+
+/// `--speculative-algorithm`: whether to speculate.
+fn speculating(a: &ServeArgs) -> CliResult<Option<bool>> {
+    match a.speculative_algorithm.as_deref() {
+        None => Ok(None),
+        Some(s) => match s.to_ascii_uppercase().as_str() {
+            "EAGLE3" | "EAGLE" => Ok(Some(true)),
+            "NONE" => Ok(Some(false)),
+            other => Err(invalid(format!(
+                "--speculative-algorithm {other}: kbench serve supports EAGLE3 (EAGLE as its alias) or NONE"
+            ))),
+        },
+    }
+}
+
+pub fn run(a: ServeArgs) -> CliResult<()> {
+    let limits = Limits {
+        max_body_bytes: a.max_body_bytes.max(1),
+        read_timeout: seconds("read-timeout-secs", a.read_timeout_secs)?,
+        max_in_flight: (a.max_running_requests.unwrap_or(0) as usize
+            + a.max_queued_requests as usize)
+            .max(1),
+        drain_timeout: seconds("drain-timeout-secs", a.drain_timeout_secs)?,
+    };
+    let faults = Faults {
+        rate: a.fail_rate,
+        kinds: if a.fail_kinds.is_empty() {
+            kbench_serve::faults::ALL_KINDS.to_vec()
+        } else {
+            a.fail_kinds
+                .iter()
+                .map(|k| k.parse())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(invalid)?
+        },
+        seed: a.fail_seed,
+        stall: seconds("fail-stall-secs", a.fail_stall_secs)?,
+    };
+    faults.validate().map_err(invalid)?;
+    let cfg = match &a.sim {
+        Some(file) => sim_config(&a, file, limits, faults)?,
+        None => engine_config(&a, limits, faults)?,
+    };
+    let what = describe(&cfg.server_info);
+    let server =
+        kbench_serve::start(cfg).map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
+    eprintln!("kbench serve: {what}");
+    eprintln!(
+        "listening on http://{} (Ctrl-C or SIGTERM stops it)",
+        server.addr()
+    );
+    server
+        .run_until_signal()
+        .map_err(|e| CliError::from_chain(exit::FAILURE, &e))
+}
+
+fn describe(info: &Value) -> String {
+    info["kbench"]["describe"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<ServeConfig> {
+    let model_dir = a
+        .model
+        .clone()
+        .expect("clap requires --model without --sim");
+    let config_path = model_dir.join("config.json");
+    if !config_path.exists() {
+        return Err(invalid(format!(
+            "{}: no config.json (create a model with `kbench model init --preset tiny --out {}`)",
+            model_dir.display(),
+            model_dir.display()
+        )));
+    }
+    let arch = kbench_core::arch::ModelArch::from_config_file(&config_path).map_err(|e| {
+        CliError::from_chain(exit::INVALID_INPUT, &e).prefixed(config_path.display())
+    })?;
+    let wants_spec = speculating(a)?.unwrap_or(
+        a.draft.is_some()
+            || a.speculative_num_steps.is_some()
+            || a.speculative_eagle_topk.is_some()
+            || a.speculative_num_draft_tokens.is_some(),
+    );
+    let spec: Option<SpecSettings> = if wants_spec {
+        Some(spec_settings(
+            a.speculative_num_steps,
+            a.speculative_eagle_topk,
+            a.speculative_num_draft_tokens,
+            verify_method(None, 0.0)?,
+        )?)
+    } else {
+        if a.speculative_num_steps.is_some()
+            || a.speculative_eagle_topk.is_some()
+            || a.speculative_num_draft_tokens.is_some()
+            || a.draft.is_some()
+        {
+            return Err(invalid(
+                "--speculative-algorithm NONE with speculative settings: drop them or speculate",
+            ));
+        }
+        None
+    };
+    let draft_dir = spec.map(|_| a.draft.clone().unwrap_or_else(|| model_dir.join("draft")));
+    if let Some(d) = &draft_dir {
+        if !d.join("config.json").exists() {
+            return Err(invalid(format!(
+                "speculative decoding needs an EAGLE-3 draft: {} has no config.json (give --draft DIR)",
+                d.display()
+            )));
+        }
+    }
+    let device =
+        Device::parse(&a.device).map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
+    let tok_path = model_dir.join("tokenizer.json");
+    let codec = match kbench_engine::model::load_tokenizer(&tok_path) {
+        Ok(t) => TextCodec::Tokenizer {
+            tokenizer: Box::new(t),
+        },
+        Err(_) => TextCodec::Words {
+            vocab: arch.vocab_size,
+        },
+    };
+    let max_running = a
+        .max_running_requests
+        .unwrap_or(if spec.is_some() { 48 } else { 256 })
+        .max(1);
+    let context_length = a
+        .context_length
+        .unwrap_or(arch.max_position_embeddings as usize);
+    let served_name = a
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| dir_name(&model_dir));
+    let mut limits = limits;
+    limits.max_in_flight = max_running as usize + a.max_queued_requests as usize;
+    let spec_desc = match &spec {
+        Some(s) => format!(
+            "EAGLE-3 ({}, {}, {}) greedy verification",
+            s.num_steps, s.eagle_topk, s.num_draft_tokens
+        ),
+        None => "plain decoding".into(),
+    };
+    let server_info = json!({
+        "model_path": model_dir.display().to_string(),
+        "tokenizer_path": codec.is_tokenizer().then(|| tok_path.display().to_string()),
+        "served_model_name": served_name,
+        "model_type": arch.model_type,
+        "host": a.host,
+        "port": a.port,
+        "device": a.device,
+        "tp_size": 1,
+        "context_length": context_length,
+        "max_running_requests": max_running,
+        "max_queued_requests": a.max_queued_requests,
+        "random_seed": a.random_seed,
+        "speculative_algorithm": spec.map(|_| "EAGLE3"),
+        "speculative_draft_model_path": draft_dir.as_ref().map(|d| d.display().to_string()),
+        "speculative_num_steps": spec.map(|s| s.num_steps),
+        "speculative_eagle_topk": spec.map(|s| s.eagle_topk),
+        "speculative_num_draft_tokens": spec.map(|s| s.num_draft_tokens),
+        "stream_interval": 1,
+        "enable_metrics": true,
+        "kbench": {
+            "mode": "engine",
+            "describe": format!("kbench engine on {device}, {} ({spec_desc})", model_dir.display()),
+        },
+    });
+    Ok(ServeConfig {
+        host: a.host.clone(),
+        port: a.port,
+        source: Source::Engine(EngineLoad {
+            model_dir: model_dir.clone(),
+            draft_dir,
+            device,
+            spec,
+            max_running: max_running as usize,
+        }),
+        model: ModelInfo {
+            served_name,
+            model_path: model_dir.display().to_string(),
+            tokenizer_path: codec.is_tokenizer().then(|| tok_path.display().to_string()),
+            context_length,
+            vocab: arch.vocab_size as usize,
+            eos_token_id: eos_token_id(&model_dir),
+            draft_positions: spec.map(|s| s.num_draft_tokens as usize - 1).unwrap_or(0),
+        },
+        codec,
+        server_info,
+        limits,
+        faults,
+        api_key: a.api_key.clone(),
+        seed: a.random_seed,
+    })
+}
+
+/// generation_config.json's, else config.json's `eos_token_id` (the first, if a list).
+fn eos_token_id(dir: &Path) -> Option<u32> {
+    ["generation_config.json", "config.json"]
+        .iter()
+        .find_map(|f| {
+            let text = std::fs::read_to_string(dir.join(f)).ok()?;
+            let v: Value = serde_json::from_str(&text).ok()?;
+            let e = v
+                .get("eos_token_id")
+                .or_else(|| v.get("text_config")?.get("eos_token_id"))?;
+            e.as_u64()
+                .or_else(|| e.as_array()?.first()?.as_u64())
+                .map(|x| x as u32)
+        })
+}
+
+fn dir_name(dir: &Path) -> String {
+    std::fs::canonicalize(dir)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| dir.display().to_string())
+}
+
+fn sim_config(
+    a: &ServeArgs,
+    file: &Path,
+    limits: Limits,
+    faults: Faults,
+) -> CliResult<ServeConfig> {
+    if a.device != "cpu" {
+        return Err(invalid(
+            "--device is for the engine; --sim runs the cost model",
+        ));
+    }
+    // SGLang's flags become the experiment's own settings.
+    let mut overrides = a.set.clone();
+    match speculating(a)? {
+        Some(false) => overrides.push("speculative.algorithm=none".into()),
+        Some(true) => overrides.push("speculative.algorithm=EAGLE3".into()),
+        None => {}
+    }
+    for (key, v) in [
+        ("speculative.num_steps", a.speculative_num_steps),
+        ("speculative.eagle_topk", a.speculative_eagle_topk),
+        (
+            "speculative.num_draft_tokens",
+            a.speculative_num_draft_tokens,
+        ),
+        ("server.max_running_requests", a.max_running_requests),
+    ] {
+        if let Some(v) = v {
+            overrides.push(format!("{key}={v}"));
+        }
+    }
+    let mut variants = load_experiment(file, &overrides).map_err(|e| spec_error(&e))?;
+    if variants.len() != 1 {
+        return Err(invalid(format!(
+            "{}: {} sweep variants; kbench serve --sim serves one deployment (pick one with --set)",
+            file.display(),
+            variants.len()
+        )));
+    }
+    let exp = variants.remove(0).experiment;
+    let acceptance = acceptance_for(&exp)?;
+    // Built here once to report errors and describe the deployment; the worker builds its own.
+    let probe = kbench_sim::SimBackend::new(&exp, acceptance.clone())
+        .map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
+    let describe = probe.describe();
+    let profile_name = probe.cost_model().profile.name.clone();
+    drop(probe);
+    let speed = a.speed.unwrap_or(1.0);
+    if !(speed.is_finite() && speed > 0.0) {
+        return Err(invalid(format!(
+            "--speed {speed} must be a positive number"
+        )));
+    }
+    let spec_on = exp.spec.is_speculative();
+    let max_running = exp.max_running_requests;
+    let mut limits = limits;
+    limits.max_in_flight = max_running as usize + a.max_queued_requests as usize;
+    let served_name = a
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| exp.model.name.clone());
+    let context_length = a
+        .context_length
+        .unwrap_or(exp.model.max_position_embeddings as usize);
+    let server_info = json!({
+        "model_path": exp.model.name,
+        "served_model_name": served_name,
+        "model_type": exp.model.model_type,
+        "host": a.host,
+        "port": a.port,
+        "tp_size": exp.tp_size,
+        "context_length": context_length,
+        "max_running_requests": max_running,
+        "max_queued_requests": a.max_queued_requests,
+        "cuda_graph_max_bs": exp.cuda_graph_max_bs,
+        "random_seed": exp.file.seed,
+        "speculative_algorithm": spec_on.then_some("EAGLE3"),
+        "speculative_num_steps": spec_on.then_some(exp.spec.num_steps),
+        "speculative_eagle_topk": spec_on.then_some(exp.spec.eagle_topk),
+        "speculative_num_draft_tokens": spec_on.then_some(exp.spec.num_draft_tokens),
+        "enable_spec_v2": exp.spec.spec_v2,
+        "stream_interval": 1,
+        "enable_metrics": true,
+        "kbench": {
+            "mode": "sim",
+            "describe": format!("{describe}; played {speed}x faster than the modelled deployment"),
+            "experiment": file.display().to_string(),
+            "hardware": profile_name,
+            "speed": speed,
+            "notes": exp.notes,
+        },
+    });
+    let make_exp = exp.clone();
+    let worker = SimWorker {
+        make: Box::new(move || kbench_sim::SimBackend::new(&make_exp, acceptance)),
+        speed,
+        vocab: exp.model.vocab_size,
+        seed: exp.file.seed,
+        proposed: spec_on.then(|| exp.spec.num_draft_tokens.saturating_sub(1)),
+        max_running,
+    };
+    Ok(ServeConfig {
+        host: a.host.clone(),
+        port: a.port,
+        source: Source::Sim(worker),
+        model: ModelInfo {
+            served_name,
+            model_path: exp.model.name.clone(),
+            tokenizer_path: None,
+            context_length,
+            vocab: exp.model.vocab_size as usize,
+            eos_token_id: None,
+            draft_positions: if spec_on {
+                exp.spec.num_draft_tokens as usize - 1
+            } else {
+                0
+            },
+        },
+        codec: TextCodec::Words {
+            vocab: exp.model.vocab_size,
+        },
+        server_info,
+        limits,
+        faults,
+        api_key: a.api_key.clone(),
+        seed: exp.file.seed,
+    })
+}
