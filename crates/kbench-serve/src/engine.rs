@@ -103,7 +103,10 @@ fn run<M: SpecModel>(mut batcher: Batcher<M>, rx: mpsc::Receiver<Control>, load:
                 Err(mpsc::TryRecvError::Disconnected) => return,
             }
         }
-        match batcher.step() {
+        let stepped = batcher.step();
+        // published before any client hears of its finish, so a client that then asks sees it
+        load.set(batcher.running_len(), batcher.waiting_len());
+        match stepped {
             Ok(commits) => {
                 for c in commits {
                     let finished = c.finish.is_some();

@@ -69,6 +69,10 @@ impl<F: Format> Sse<F> {
             if self.sent > 0 {
                 match self.fault {
                     Some(StreamFault::Drop) => {
+                        // the connection drops when the next chunk would have been sent; a
+                        // pending poll first lets the connection flush what it holds
+                        let _ = self.gen.next().await;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
                         self.closing = true;
                         return Some(Err(std::io::Error::other(
                             "injected fault: connection dropped",

@@ -1,0 +1,411 @@
+//! `kbench serve` under hostile and broken clients: each bad request gets its 4xx with an
+//! OpenAI-shaped JSON body (snapshotted), slow and idle connections cannot hold the server,
+//! a client that goes away frees its slot, and `/health` answers throughout.
+
+mod serve_support;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use serve_support::*;
+
+fn server(extra: &[&str]) -> ServerProc {
+    let m = tiny_model().to_str().unwrap().to_string();
+    let mut args = vec!["--model", m.as_str()];
+    args.extend_from_slice(extra);
+    ServerProc::start(&args)
+}
+
+fn error_of(r: &Resp) -> Value {
+    let v = r.json();
+    assert!(v["error"]["message"].is_string(), "{v}");
+    assert!(v["error"]["type"].is_string(), "{v}");
+    v
+}
+
+fn healthy(addr: &str) {
+    assert_eq!(
+        get(addr, "/health").status,
+        200,
+        "the server stopped answering"
+    );
+}
+
+#[test]
+fn bad_requests_get_4xx_with_openai_error_bodies() {
+    let s = server(&[
+        "--api-key",
+        "sekrit",
+        "--max-body-bytes",
+        "2048",
+        "--context-length",
+        "64",
+    ]);
+    let auth = [("Authorization", "Bearer sekrit")];
+    let post_auth = |path: &str, body: &str| request(&s.addr, "POST", path, &auth, body);
+    let cases: Vec<(&str, u16, Resp)> = vec![
+        (
+            "no_api_key",
+            401,
+            post(&s.addr, "/generate", r#"{"text":"bo"}"#),
+        ),
+        (
+            "wrong_api_key",
+            401,
+            request(
+                &s.addr,
+                "POST",
+                "/v1/completions",
+                &[("Authorization", "Bearer nope")],
+                r#"{"prompt":"bo"}"#,
+            ),
+        ),
+        (
+            "malformed_json",
+            400,
+            post_auth("/v1/completions", r#"{"prompt": "bo", "#),
+        ),
+        (
+            "unknown_field",
+            400,
+            post_auth("/v1/completions", r#"{"prompt": "bo", "max_tokenz": 3}"#),
+        ),
+        (
+            "unknown_sampling_param",
+            400,
+            post_auth(
+                "/generate",
+                r#"{"text": "bo", "sampling_params": {"temprature": 0}}"#,
+            ),
+        ),
+        (
+            "empty_prompt",
+            400,
+            post_auth("/v1/completions", r#"{"prompt": ""}"#),
+        ),
+        (
+            "empty_ids",
+            400,
+            post_auth("/generate", r#"{"input_ids": []}"#),
+        ),
+        (
+            "token_outside_vocab",
+            400,
+            post_auth("/v1/completions", r#"{"prompt": [3, 99999]}"#),
+        ),
+        (
+            "beyond_context",
+            400,
+            post_auth(
+                "/v1/completions",
+                r#"{"prompt": "bo bu", "max_tokens": 63}"#,
+            ),
+        ),
+        (
+            "zero_max_tokens",
+            400,
+            post_auth(
+                "/generate",
+                r#"{"text": "bo", "sampling_params": {"max_new_tokens": 0}}"#,
+            ),
+        ),
+        (
+            "negative_temperature",
+            400,
+            post_auth("/v1/completions", r#"{"prompt": "bo", "temperature": -1}"#),
+        ),
+        (
+            "batched_prompt",
+            400,
+            post_auth("/v1/completions", r#"{"prompt": ["bo", "bu"]}"#),
+        ),
+        (
+            "unsupported_logprobs",
+            400,
+            post_auth("/v1/completions", r#"{"prompt": "bo", "logprobs": 2}"#),
+        ),
+        (
+            "unsupported_n",
+            400,
+            post_auth(
+                "/v1/chat/completions",
+                r#"{"messages": [{"role":"user","content":"bo"}], "n": 2}"#,
+            ),
+        ),
+        (
+            "unknown_role",
+            400,
+            post_auth(
+                "/v1/chat/completions",
+                r#"{"messages": [{"role":"robot","content":"bo"}]}"#,
+            ),
+        ),
+        (
+            "text_and_ids",
+            400,
+            post_auth("/generate", r#"{"text": "bo", "input_ids": [3]}"#),
+        ),
+        (
+            "body_too_large",
+            413,
+            post_auth(
+                "/v1/completions",
+                &format!(r#"{{"prompt": "{}"}}"#, "bo ".repeat(1000)),
+            ),
+        ),
+        ("empty_body", 400, post_auth("/v1/completions", "")),
+        (
+            "unknown_path",
+            404,
+            request(&s.addr, "GET", "/v2/nothing", &auth, ""),
+        ),
+        (
+            "wrong_method",
+            405,
+            request(&s.addr, "GET", "/v1/completions", &auth, ""),
+        ),
+    ];
+    for (name, status, r) in cases {
+        assert_eq!(r.status, status, "{name}: {}", r.text());
+        insta::assert_json_snapshot!(format!("error_{name}"), error_of(&r));
+    }
+    // /health needs no key (load balancers probe it); everything else does
+    healthy(&s.addr);
+    assert_eq!(
+        request(&s.addr, "GET", "/get_server_info", &auth, "").status,
+        200
+    );
+    let info = request(&s.addr, "GET", "/get_server_info", &auth, "").text();
+    assert!(!info.contains("sekrit"), "the key leaked into server info");
+    let log: Vec<String> = s.log.try_iter().collect();
+    assert!(!log.join("\n").contains("sekrit"), "the key was logged");
+}
+
+#[test]
+fn too_many_requests_get_429_and_a_gone_client_frees_its_slot() {
+    let s = server(&["--max-running-requests", "1", "--max-queued-requests", "0"]);
+    // a long stream holds the only slot
+    let mut c = connect(&s.addr);
+    let body = json!({"text": "bo bu", "stream": true,
+        "sampling_params": {"max_new_tokens": 50000, "temperature": 0, "ignore_eos": true}})
+    .to_string();
+    write!(
+        c,
+        "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut first = [0u8; 64];
+    let n = c.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    let r = post(
+        &s.addr,
+        "/v1/completions",
+        r#"{"prompt": "bo", "max_tokens": 2}"#,
+    );
+    assert_eq!(r.status, 429, "{}", r.text());
+    insta::assert_json_snapshot!("error_too_many_requests", error_of(&r));
+    // flushing is refused while it runs
+    assert_eq!(post(&s.addr, "/flush_cache", "").status, 400);
+    // the client disconnects mid-stream: its slot comes back
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = post(
+            &s.addr,
+            "/v1/completions",
+            r#"{"prompt": "bo", "max_tokens": 2}"#,
+        );
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 429);
+        assert!(Instant::now() < deadline, "the slot was never freed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    healthy(&s.addr);
+}
+
+#[test]
+fn slow_and_idle_connections_cannot_hold_the_server() {
+    let s = server(&["--read-timeout-secs", "1"]);
+    // slowloris: headers trickle in and never end; the server hangs up within its timeout
+    let mut slow = connect(&s.addr);
+    let started = Instant::now();
+    slow.write_all(b"POST /generate HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let mut closed = false;
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(100));
+        if slow.write_all(b"X-Slow: 1\r\n").is_err() {
+            closed = true;
+            break;
+        }
+        slow.set_read_timeout(Some(Duration::from_millis(1)))
+            .unwrap();
+        match slow.read(&mut buf) {
+            Ok(0) => {
+                closed = true;
+                break;
+            }
+            Ok(_) => {
+                closed = true;
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    assert!(
+        closed,
+        "a request whose headers never end held its connection"
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
+
+    // a slow body: headers promise 100 bytes, 10 arrive; 408 once the timeout passes
+    let mut slow_body = connect(&s.addr);
+    slow_body
+        .write_all(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":",
+        )
+        .unwrap();
+    let r = read_response(&mut slow_body);
+    assert_eq!(r.status, 408, "{}", r.text());
+    insta::assert_json_snapshot!("error_slow_body", error_of(&r));
+
+    // 1,000 idle connections, then the server still answers
+    let idle: Vec<_> = (0..1000).map(|_| connect(&s.addr)).collect();
+    healthy(&s.addr);
+    let r = post(
+        &s.addr,
+        "/v1/completions",
+        r#"{"prompt": "bo", "max_tokens": 3}"#,
+    );
+    assert_eq!(r.status, 200);
+    drop(idle);
+    healthy(&s.addr);
+}
+
+#[test]
+fn injected_faults_take_the_shapes_clients_see_from_sglang_and_vllm() {
+    for (kind, status) in [
+        ("rate_limit", 429),
+        ("server_error", 500),
+        ("context_length", 400),
+        ("invalid_api_key", 401),
+    ] {
+        let s = server(&["--fail-rate", "1", "--fail-kinds", kind]);
+        let r = post(
+            &s.addr,
+            "/v1/completions",
+            r#"{"prompt": "bo", "max_tokens": 3}"#,
+        );
+        assert_eq!(r.status, status, "{kind}");
+        insta::assert_json_snapshot!(format!("fault_{kind}"), error_of(&r));
+        healthy(&s.addr);
+    }
+    // a dropped connection: the first chunk, then the stream ends without [DONE]
+    let s = server(&["--fail-rate", "1", "--fail-kinds", "drop"]);
+    let body =
+        json!({"prompt": "bo", "max_tokens": 20, "stream": true, "ignore_eos": true}).to_string();
+    let r = post(&s.addr, "/v1/completions", &body);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.events.len(), 1);
+    assert!(!r.complete && !r.done());
+    healthy(&s.addr);
+    // a stall: the first chunk, silence for the stall, then the connection closes
+    let s = server(&[
+        "--fail-rate",
+        "1",
+        "--fail-kinds",
+        "stall",
+        "--fail-stall-secs",
+        "0.6",
+    ]);
+    let started = Instant::now();
+    let r = post(
+        &s.addr,
+        "/generate",
+        &json!({"text": "bo", "stream": true,
+        "sampling_params": {"max_new_tokens": 20, "ignore_eos": true}})
+        .to_string(),
+    );
+    assert!(started.elapsed() >= Duration::from_millis(550));
+    assert_eq!(r.events.len(), 1);
+    assert!(!r.complete);
+    healthy(&s.addr);
+    // a seeded fraction: which requests fail is the seed's, request by request
+    let s = server(&[
+        "--fail-rate",
+        "0.3",
+        "--fail-kinds",
+        "rate_limit,server_error",
+        "--fail-seed",
+        "5",
+    ]);
+    let faults = kbench_serve::Faults {
+        rate: 0.3,
+        kinds: vec![
+            kbench_serve::FaultKind::RateLimit,
+            kbench_serve::FaultKind::ServerError,
+        ],
+        seed: 5,
+        ..kbench_serve::Faults::none()
+    };
+    let mut failed = 0;
+    for n in 0..40u64 {
+        let r = post(
+            &s.addr,
+            "/v1/completions",
+            r#"{"prompt": "bo", "max_tokens": 1}"#,
+        );
+        let want = match faults.pick(n) {
+            None => 200,
+            Some(kbench_serve::FaultKind::RateLimit) => 429,
+            Some(_) => 500,
+        };
+        failed += (want != 200) as u32;
+        assert_eq!(r.status, want, "request {n}");
+    }
+    assert!(
+        (4..=20).contains(&failed),
+        "{failed} of 40 failed at rate 0.3"
+    );
+}
+
+#[test]
+fn bad_flags_are_refused_by_name() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+        .args(["serve", "--model", "x", "--tp-size", "8"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tp-size"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+        .args([
+            "serve",
+            "--model",
+            tiny_model().to_str().unwrap(),
+            "--speculative-algorithm",
+            "MEDUSA",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MEDUSA"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+        .args([
+            "serve",
+            "--model",
+            tiny_model().to_str().unwrap(),
+            "--fail-kinds",
+            "meteor",
+            "--fail-rate",
+            "0.1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("meteor"));
+}
