@@ -1,0 +1,183 @@
+//! `kbench serve --sim`: an experiment's modelled deployment played out in wall time. Each
+//! chunk carries the tokens the simulator's round committed, released at the virtual time
+//! the cost model gives divided by `--speed`.
+
+mod serve_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kbench_core::backend::{Backend, Request};
+use kbench_core::spec::load_experiment;
+use kbench_core::trace::{self, TraceAcceptance};
+use serde_json::json;
+use serve_support::*;
+
+/// The stated tolerance: a chunk reaches the client within this of its scheduled release
+/// (the virtual timeline / speed), measured from the request's first chunk.
+const RELEASE_TOLERANCE: Duration = Duration::from_millis(30);
+
+fn experiment() -> String {
+    format!("{}/experiments/topk1_v2.toml", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The simulator's own record of request 0 served alone: (virtual time, tokens) per chunk.
+fn offline_chunks(input_len: u32, max_tokens: u32) -> Vec<(u64, u32)> {
+    let exp = load_experiment(std::path::Path::new(&experiment()), &[])
+        .unwrap()
+        .remove(0)
+        .experiment;
+    let t = trace::read(exp.trace.as_ref().unwrap()).unwrap();
+    let acc = TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.spec).unwrap();
+    let mut backend = kbench_sim::SimBackend::new(&exp, Some(Arc::new(acc))).unwrap();
+    let mut session = backend.start_level(1).unwrap();
+    session
+        .submit(Request {
+            id: 0,
+            input_len,
+            max_tokens,
+            warmup: false,
+        })
+        .unwrap();
+    let r = session.run_until_completion().unwrap().remove(0);
+    let mut chunks = vec![(r.token_times_ns[0], 1)];
+    let mut at = 1usize;
+    for &c in &r.round_commits {
+        at += c as usize;
+        chunks.push((r.token_times_ns[at - 1], c));
+    }
+    assert_eq!(at, max_tokens as usize);
+    chunks
+}
+
+fn prompt(words: usize) -> String {
+    (0..words)
+        .map(|i| format!("w{}", 100 + i))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn chunks_follow_the_simulated_timeline() {
+    let speed = 1.0;
+    let server = ServerProc::start(&["--sim", &experiment(), "--speed", &speed.to_string()]);
+    let want = offline_chunks(128, 40);
+    let body = json!({"text": prompt(128), "stream": true,
+        "sampling_params": {"max_new_tokens": 40, "temperature": 0, "ignore_eos": true}});
+    let r = post(&server.addr, "/generate", &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let chunks = r.event_json();
+    assert_eq!(chunks.len(), want.len());
+    let last = &chunks.last().unwrap()["meta_info"];
+    assert_eq!(last["prompt_tokens"], 128);
+    assert_eq!(last["spec_verify_ct"], json!(want.len() - 1));
+    let mut seen = 0;
+    let v0 = chunks[0]["meta_info"]["kbench_virtual_ns"]
+        .as_u64()
+        .unwrap();
+    let (times, _): (Vec<_>, Vec<_>) = r
+        .events
+        .iter()
+        .filter(|(_, e)| e != "[DONE]")
+        .cloned()
+        .unzip();
+    let mut worst = Duration::ZERO;
+    for (i, (c, (want_v, want_n))) in chunks.iter().zip(&want).enumerate() {
+        let n = c["meta_info"]["completion_tokens"].as_u64().unwrap();
+        assert_eq!(
+            n - seen,
+            *want_n as u64,
+            "chunk {i}: the replayed round's tokens"
+        );
+        seen = n;
+        // exactly the simulator's timeline, shifted to the request's arrival
+        let v = c["meta_info"]["kbench_virtual_ns"].as_u64().unwrap();
+        assert_eq!(v - v0, want_v - want[0].0, "chunk {i}: virtual time");
+        // released at virtual time / speed
+        let scheduled = Duration::from_secs_f64((v - v0) as f64 / 1e9 / speed);
+        let actual = times[i].duration_since(times[0]);
+        let off = if actual > scheduled {
+            actual - scheduled
+        } else {
+            scheduled - actual
+        };
+        worst = worst.max(off);
+    }
+    eprintln!(
+        "worst release error over {} chunks: {worst:?}",
+        chunks.len()
+    );
+    assert!(
+        worst <= RELEASE_TOLERANCE,
+        "a chunk was {worst:?} off its release time"
+    );
+    // the rounds took as long as the model says: more than 0.3 s of wall time at speed 1
+    assert!(times.last().unwrap().duration_since(times[0]) > Duration::from_millis(300));
+
+    // the modelled deployment
+    let info = get(&server.addr, "/get_server_info").json();
+    assert_eq!(info["kbench"]["mode"], "sim");
+    assert_eq!(info["tp_size"], 8);
+    assert_eq!(info["speculative_num_steps"], 2);
+    assert_eq!(info["speculative_num_draft_tokens"], 3);
+    assert_eq!(info["kbench"]["hardware"], "8x-rtx-pro-6000-server");
+    let avg = info["internal_states"][0]["avg_spec_accept_length"]
+        .as_f64()
+        .unwrap();
+    assert!((avg - 39.0 / (want.len() - 1) as f64).abs() < 1e-9);
+}
+
+#[test]
+fn sim_serves_openai_and_concurrent_streams_at_speed() {
+    let server = ServerProc::start(&["--sim", &experiment(), "--speed", "50"]);
+    let r = post(
+        &server.addr,
+        "/v1/completions",
+        &json!({"prompt": prompt(16), "max_tokens": 30,
+        "stream": true, "ignore_eos": true, "stream_options": {"include_usage": true}})
+        .to_string(),
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.done());
+    assert_eq!(
+        r.event_json().last().unwrap()["usage"]["completion_tokens"],
+        30
+    );
+    let handles: Vec<_> = (0..12)
+        .map(|i| {
+            let addr = server.addr.clone();
+            std::thread::spawn(move || {
+                let body = json!({"text": prompt(8 + i), "stream": true,
+                    "sampling_params": {"max_new_tokens": 20 + i, "ignore_eos": true}});
+                post(&addr, "/generate", &body.to_string())
+            })
+        })
+        .collect();
+    let (mut rounds, mut tokens) = (0, 0);
+    for h in handles {
+        let r = h.join().unwrap();
+        assert_eq!(r.status, 200);
+        let chunks = r.event_json();
+        let meta = &chunks.last().unwrap()["meta_info"];
+        assert_eq!(
+            meta["spec_verify_ct"].as_u64().unwrap(),
+            chunks.len() as u64 - 1
+        );
+        rounds += meta["spec_verify_ct"].as_u64().unwrap();
+        tokens += meta["completion_tokens"].as_u64().unwrap() - 1;
+    }
+    // the OpenAI request's rounds: its content chunks but the first (usage chunk aside)
+    let openai_rounds = r.event_json().len() as u64 - 2;
+    let metrics = get(&server.addr, "/metrics").text();
+    let drafts = format!(
+        "vllm:spec_decode_num_drafts_total{{model_name=\"kimi-k2.5\",engine=\"0\"}} {}",
+        rounds + openai_rounds
+    );
+    assert!(metrics.contains(&drafts), "{drafts} not in\n{metrics}");
+    let info = get(&server.addr, "/get_server_info").json();
+    let avg = info["internal_states"][0]["avg_spec_accept_length"]
+        .as_f64()
+        .unwrap();
+    let want = (tokens + 29) as f64 / (rounds + openai_rounds) as f64;
+    assert!((avg - want).abs() < 1e-9, "{avg} vs {want}");
+}
