@@ -55,6 +55,11 @@ struct Common {
     frequency_penalty: Option<f32>,
     logprobs: Option<Value>,
     skip_special_tokens: Option<bool>,
+    /// `vllm bench serve` sends 1.0.
+    repetition_penalty: Option<f32>,
+    min_tokens: Option<u32>,
+    min_p: Option<f32>,
+    best_of: Option<u32>,
 }
 
 impl Common {
@@ -76,6 +81,10 @@ impl Common {
         only("presence_penalty", self.presence_penalty, 0.0)?;
         only("frequency_penalty", self.frequency_penalty, 0.0)?;
         only("skip_special_tokens", self.skip_special_tokens, true)?;
+        only("repetition_penalty", self.repetition_penalty, 1.0)?;
+        only("min_tokens", self.min_tokens, 0)?;
+        only("min_p", self.min_p, 0.0)?;
+        only("best_of", self.best_of, 1)?;
         match &self.logprobs {
             None | Some(Value::Null) | Some(Value::Bool(false)) => {}
             Some(_) => {

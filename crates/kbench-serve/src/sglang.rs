@@ -34,6 +34,9 @@ pub struct GenerateBody {
     top_logprobs_num: Option<u32>,
     return_text_in_logprobs: Option<bool>,
     lora_path: Option<Value>,
+    /// bench_serving sends it; `/generate` streams the same either way.
+    stream_options: Option<Value>,
+    image_data: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -115,7 +118,12 @@ async fn start_generate(state: &Arc<AppState>, body: Body) -> Result<Response, A
     only("return_logprob", b.return_logprob, false)?;
     only("top_logprobs_num", b.top_logprobs_num, 0)?;
     only("lora_path", b.lora_path, Value::Null)?;
-    let _ = (b.logprob_start_len, b.return_text_in_logprobs);
+    only("image_data", b.image_data, Value::Null)?;
+    let _ = (
+        b.logprob_start_len,
+        b.return_text_in_logprobs,
+        b.stream_options,
+    );
     let prompt = match (b.text, b.input_ids) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
