@@ -37,6 +37,15 @@ pub struct GenerateBody {
     /// bench_serving sends it; `/generate` streams the same either way.
     stream_options: Option<Value>,
     image_data: Option<Value>,
+    return_routed_experts: Option<bool>,
+    return_hidden_states: Option<bool>,
+    token_ids_logprob: Option<Value>,
+    custom_logit_processor: Option<Value>,
+    /// Scheduling hints with no effect on one worker: accepted and ignored.
+    priority: Option<i64>,
+    routing_key: Option<String>,
+    data_parallel_rank: Option<i64>,
+    log_metrics: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,11 +128,12 @@ async fn start_generate(state: &Arc<AppState>, body: Body) -> Result<Response, A
     only("top_logprobs_num", b.top_logprobs_num, 0)?;
     only("lora_path", b.lora_path, Value::Null)?;
     only("image_data", b.image_data, Value::Null)?;
-    let _ = (
-        b.logprob_start_len,
-        b.return_text_in_logprobs,
-        b.stream_options,
-    );
+    only("return_routed_experts", b.return_routed_experts, false)?;
+    only("return_hidden_states", b.return_hidden_states, false)?;
+    only("token_ids_logprob", b.token_ids_logprob, Value::Null)?;
+    only("custom_logit_processor", b.custom_logit_processor, Value::Null)?;
+    let _ = (b.logprob_start_len, b.return_text_in_logprobs, b.stream_options);
+    let _ = (b.priority, b.routing_key, b.data_parallel_rank, b.log_metrics);
     let prompt = match (b.text, b.input_ids) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
