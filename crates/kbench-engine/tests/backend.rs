@@ -98,3 +98,67 @@ fn shipped_engine_tiny_experiment_runs() {
         assert!(al > 1.5 && al <= 4.0, "accept length {al}");
     }
 }
+
+/// The deadline side of the seam: `advance_to` runs forwards until the wall clock passes the
+/// deadline (sleeping when idle), chunk events add up to each request's tokens, and a
+/// cancelled request leaves the batch.
+#[test]
+fn engine_session_advances_to_deadlines_and_cancels() {
+    use kbench_core::backend::Request;
+    use kbench_core::spec::VerifyMethod;
+    use kbench_engine::SpecSettings;
+    let dir = tempfile::tempdir().unwrap();
+    ensure_tiny_model(dir.path()).unwrap();
+    let model = kbench_engine::Model::load(
+        dir.path(),
+        Some(&dir.path().join("draft")),
+        kbench_engine::Device::Cpu,
+    )
+    .unwrap();
+    let spec = SpecSettings {
+        num_steps: 3,
+        eagle_topk: 1,
+        num_draft_tokens: 4,
+        verify: VerifyMethod::Greedy,
+    };
+    let mut backend = EngineBackend::from_model(model, Some(spec), false, 8, 0.0, 1);
+    let mut session = backend.start_level(4).unwrap();
+    session.record_chunks();
+    // idle: the clock reaches the deadline
+    let start = session.now_ns();
+    assert!(session.advance_to(start + 20_000_000).unwrap().is_empty());
+    assert!(session.now_ns() >= start + 20_000_000);
+    for id in 0..3 {
+        session
+            .submit(Request {
+                id,
+                input_len: 8,
+                max_tokens: 24,
+                warmup: false,
+            })
+            .unwrap();
+    }
+    assert!(session.cancel(2));
+    assert!(!session.cancel(99));
+    let mut done = Vec::new();
+    let deadline = session.now_ns() + 60_000_000_000;
+    while done.len() < 2 {
+        let now = session.now_ns();
+        done.extend(session.advance_to(now + 1_000_000).unwrap());
+        assert!(session.now_ns() < deadline, "requests never finished");
+    }
+    let chunks = session.take_chunks();
+    assert!(
+        chunks.iter().all(|c| c.id != 2),
+        "the cancelled request was served"
+    );
+    for r in &done {
+        let mine: Vec<_> = chunks.iter().filter(|c| c.id == r.id).collect();
+        assert_eq!(mine.iter().map(|c| c.tokens).sum::<u32>(), 24);
+        assert!(!mine[0].spec_round && mine[1..].iter().all(|c| c.spec_round));
+        assert_eq!(mine.len() - 1, r.round_commits.len());
+        assert!(mine.last().unwrap().finished && mine.iter().filter(|c| c.finished).count() == 1);
+        assert_eq!(mine.last().unwrap().visible_ns, r.finished_ns());
+    }
+    assert!(session.take_chunks().is_empty());
+}

@@ -131,9 +131,22 @@ async fn start_generate(state: &Arc<AppState>, body: Body) -> Result<Response, A
     only("return_routed_experts", b.return_routed_experts, false)?;
     only("return_hidden_states", b.return_hidden_states, false)?;
     only("token_ids_logprob", b.token_ids_logprob, Value::Null)?;
-    only("custom_logit_processor", b.custom_logit_processor, Value::Null)?;
-    let _ = (b.logprob_start_len, b.return_text_in_logprobs, b.stream_options);
-    let _ = (b.priority, b.routing_key, b.data_parallel_rank, b.log_metrics);
+    only(
+        "custom_logit_processor",
+        b.custom_logit_processor,
+        Value::Null,
+    )?;
+    let _ = (
+        b.logprob_start_len,
+        b.return_text_in_logprobs,
+        b.stream_options,
+    );
+    let _ = (
+        b.priority,
+        b.routing_key,
+        b.data_parallel_rank,
+        b.log_metrics,
+    );
     let prompt = match (b.text, b.input_ids) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(

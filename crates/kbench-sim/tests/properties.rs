@@ -151,3 +151,74 @@ fn breakdown_sums_to_round_time() {
         }
     }
 }
+
+/// Advancing to deadlines serves what running to completions serves: the same records, and
+/// chunk events that retell each record's token times.
+#[test]
+fn sim_advance_to_matches_run_until_completion() {
+    use kbench_core::backend::{Backend, Request};
+    let root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/topk1_v2.toml");
+    let exp = kbench_core::spec::load_experiment(&root, &[])
+        .unwrap()
+        .remove(0)
+        .experiment;
+    let t = kbench_core::trace::read(exp.trace.as_ref().unwrap()).unwrap();
+    let acc = std::sync::Arc::new(
+        kbench_core::trace::TraceAcceptance::for_spec(
+            std::sync::Arc::new(t),
+            exp.file.seed,
+            &exp.spec,
+        )
+        .unwrap(),
+    );
+    let requests: Vec<Request> = (0..6)
+        .map(|id| Request {
+            id,
+            input_len: 64 + 8 * id as u32,
+            max_tokens: 30 + id as u32,
+            warmup: false,
+        })
+        .collect();
+    let mut a = kbench_sim::SimBackend::new(&exp, Some(acc.clone())).unwrap();
+    let mut s = a.start_level(8).unwrap();
+    for r in &requests {
+        s.submit(r.clone()).unwrap();
+    }
+    let mut want = Vec::new();
+    while want.len() < requests.len() {
+        want.extend(s.run_until_completion().unwrap());
+    }
+    drop(s);
+    let mut b = kbench_sim::SimBackend::new(&exp, Some(acc)).unwrap();
+    let mut s = b.start_level(8).unwrap();
+    s.record_chunks();
+    // idle: the clock moves to the deadline
+    assert!(s.advance_to(5_000).unwrap().is_empty());
+    assert_eq!(s.now_ns(), 5_000);
+    for r in &requests {
+        s.submit(r.clone()).unwrap();
+    }
+    let mut got = Vec::new();
+    let mut deadline = 5_000;
+    while got.len() < requests.len() {
+        deadline += 10_000_000;
+        got.extend(s.advance_to(deadline).unwrap());
+        assert!(deadline < 1_000_000_000_000, "never finished");
+    }
+    let chunks = s.take_chunks();
+    want.sort_by_key(|r| r.id);
+    got.sort_by_key(|r| r.id);
+    for (w, g) in want.iter().zip(&got) {
+        // the same schedule, shifted by the 5 us the second session idled first
+        assert_eq!(w.round_commits, g.round_commits);
+        let shifted: Vec<u64> = w.token_times_ns.iter().map(|t| t + 5_000).collect();
+        assert_eq!(shifted, g.token_times_ns);
+        let mut times = Vec::new();
+        for c in chunks.iter().filter(|c| c.id == g.id) {
+            times.extend(std::iter::repeat_n(c.visible_ns, c.tokens as usize));
+        }
+        assert_eq!(times, g.token_times_ns);
+    }
+    assert!(!s.cancel(0), "finished requests are gone");
+}
