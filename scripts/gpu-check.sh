@@ -217,7 +217,7 @@ if [[ -n "$KB" ]]; then
     fi
     # 6c. the same experiment file as on the CPU, on the GPU: engine_tiny on the engine backend
     if [[ -n "$KBIN" ]]; then
-        run_stage experiment 45 50 "$RES/engine.txt" "$KBIN" experiment experiments/engine_tiny.toml --set 'backend.device="cuda"'
+        run_stage experiment 45 50 "$RES/engine.txt" "$KBIN" experiment experiments/engine_tiny.toml --set 'backend.engine.device="cuda"'
     else
         log "=== [experiment] SKIPPED: no kbench binary"
         SUMMARY+=("$(printf '%-10s SKIPPED (no kbench binary)' experiment)")

@@ -185,15 +185,15 @@ fn run_engine_tiny(sets: &[&str]) -> String {
 
 #[test]
 fn unknown_engine_kernels_are_named() {
-    insta::assert_snapshot!(run_engine_tiny(&["backend.kernels=\"fast\""]));
+    insta::assert_snapshot!(run_engine_tiny(&["backend.engine.kernels=\"fast\""]));
 }
 
 #[test]
 fn tuned_kernels_on_a_model_they_do_not_fit_name_the_dimension() {
     // Checked before any device is opened, so this holds on machines without a GPU too.
     insta::assert_snapshot!(run_engine_tiny(&[
-        "backend.device=\"cuda\"",
-        "backend.kernels=\"tuned\""
+        "backend.engine.device=\"cuda\"",
+        "backend.engine.kernels=\"tuned\""
     ]));
 }
 

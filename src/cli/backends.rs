@@ -1,52 +1,27 @@
-//! Which library does the work of each backend.
+//! Which crate opens each backend: the CLI only dispatches on `[backend] kind` (or
+//! `--backend`); each backend parses its own `[backend.NAME]` table.
 
-use std::sync::Arc;
-
-use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::backend::Backend;
 use kbench_core::spec::Experiment;
-use kbench_core::trace::{self, TraceAcceptance};
 
 use super::error::{CliError, CliResult};
 use super::exit;
 
+/// The backends this build knows, for messages.
+pub const KNOWN: &str = "sim, engine";
+
 pub fn make_backend(exp: &Experiment) -> CliResult<Box<dyn Backend>> {
+    let invalid =
+        |e: &(dyn std::error::Error + 'static)| CliError::from_chain(exit::INVALID_INPUT, e);
     match exp.file.backend.kind.as_str() {
-        "sim" => {
-            let acceptance = acceptance_for(exp)?;
-            let sim = kbench_sim::SimBackend::new(exp, acceptance)
-                .map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
-            Ok(Box::new(sim))
-        }
-        "engine" => super::engine::make_engine_backend(exp),
+        "sim" => kbench_sim::open(exp).map_err(|e| invalid(&e)),
+        "engine" => kbench_engine::open(exp).map_err(|e| invalid(&e)),
         other => Err(CliError::new(
             exit::INVALID_INPUT,
             format!(
-                "{}: unknown backend `{other}` (known: sim, engine)",
+                "{}: unknown backend `{other}` (known: {KNOWN})",
                 exp.path.display()
             ),
         )),
     }
-}
-
-/// The acceptance source a speculative simulation replays: the workload's trace.
-pub fn acceptance_for(exp: &Experiment) -> CliResult<Option<Arc<dyn AcceptanceModel>>> {
-    if !exp.spec.is_speculative() {
-        return Ok(None);
-    }
-    let path = exp.trace.as_ref().ok_or_else(|| {
-        CliError::new(
-            exit::INVALID_INPUT,
-            format!(
-                "{}: the sim backend replays an acceptance trace for speculative decoding: set [workload] trace = \"...\" (see traces/)",
-                exp.path.display()
-            ),
-        )
-    })?;
-    let t = trace::read(path).map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
-    let acceptance =
-        TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.spec).map_err(|e| {
-            CliError::from_chain(exit::INVALID_INPUT, &e).prefixed(format!("{}", path.display()))
-        })?;
-    Ok(Some(Arc::new(acceptance)))
 }

@@ -11,7 +11,6 @@ use kbench_sim::acceptance::ConstantAcceptance;
 use kbench_sim::calibrate::{read_measurements, run_with};
 
 use super::args::CalibrateArgs;
-use super::backends::acceptance_for;
 use super::error::{spec_error, CliError, CliResult};
 use super::exit;
 use super::output::write_json;
@@ -36,7 +35,9 @@ pub fn run(a: CalibrateArgs) -> CliResult<()> {
             .map_err(|e| spec_error(&e))?
             .remove(0)
             .experiment;
-        if let Some(acc) = acceptance_for(&exp)? {
+        if let Some(acc) = kbench_sim::acceptance_for(&exp)
+            .map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?
+        {
             acceptance.insert(path, acc);
         }
     }

@@ -3,12 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use kbench_core::backend::Backend;
-use kbench_core::spec::{variant_files, Experiment, VerifyMethod};
+use kbench_core::spec::{variant_files, VerifyMethod};
 use kbench_core::trace::{self as ktrace, ProbEncoding, TraceForm};
-use kbench_engine::{
-    Device, EngineBackend, GenerateOptions, Model, Preset, SpecSettings, TraceOptions,
-};
+use kbench_engine::{Device, GenerateOptions, Model, Preset, SpecSettings, TraceOptions};
 
 use super::args::{GenerateArgs, KernelsCommand, ModelCommand, ModelInitArgs, TraceRecordArgs};
 use super::error::{spec_error, CliError, CliResult};
@@ -16,36 +13,6 @@ use super::exit;
 
 fn engine_err(e: kbench_engine::EngineError) -> CliError {
     CliError::from_chain(exit::INVALID_INPUT, &e)
-}
-
-pub fn make_engine_backend(exp: &Experiment) -> CliResult<Box<dyn Backend>> {
-    let mut exp = exp.clone();
-    // The model the experiment names is the one the engine serves, unless the backend
-    // section points elsewhere.
-    if exp.file.backend.model_dir.is_none() {
-        if let Some(config) = &exp.file.model.config {
-            let dir = Path::new(config).parent().unwrap_or(Path::new("."));
-            exp.file.backend.model_dir = Some(dir.display().to_string());
-        }
-    }
-    let device = exp
-        .file
-        .backend
-        .device
-        .as_deref()
-        .map(Device::parse)
-        .transpose()
-        .map_err(engine_err)?;
-    // Checked on every device so that a typo fails before a long CPU run, not on the GPU box.
-    if let Some(k) = &exp.file.backend.kernels {
-        kbench_engine::cuda::KernelChoice::parse(k).map_err(engine_err)?;
-    }
-    if let Some(Device::Cuda(_)) = device {
-        let backend = kbench_engine::CudaEngineBackend::new(&exp).map_err(engine_err)?;
-        return Ok(Box::new(backend));
-    }
-    let backend = EngineBackend::new(&exp).map_err(engine_err)?;
-    Ok(Box::new(backend))
 }
 
 /// Creates any model an experiment asks for with `[model] init` and does not have yet,

@@ -13,7 +13,6 @@ use kbench_serve::{Faults, Limits, ModelInfo, ServeConfig, Source, TextCodec};
 use serde_json::{json, Value};
 
 use super::args::ServeArgs;
-use super::backends::acceptance_for;
 use super::engine::{spec_settings, verify_method};
 use super::error::{spec_error, CliError, CliResult};
 use super::exit;
@@ -291,7 +290,8 @@ fn sim_config(
         )));
     }
     let exp = variants.remove(0).experiment;
-    let acceptance = acceptance_for(&exp)?;
+    let acceptance = kbench_sim::acceptance_for(&exp)
+        .map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
     // Built here once to report errors and describe the deployment; the worker builds its own.
     let probe = kbench_sim::SimBackend::new(&exp, acceptance.clone())
         .map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;

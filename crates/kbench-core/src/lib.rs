@@ -6,6 +6,7 @@ pub mod atomic;
 pub mod backend;
 pub mod harness;
 pub mod metrics;
+pub mod prompt;
 pub mod report;
 pub mod seed;
 pub mod spec;

@@ -1,18 +1,13 @@
 //! The `engine` backend: real tokens from the engine, wall-clock times, continuous batching
 //! (the scheduler is `crate::session`'s, shared with the GPU backend).
 
-use std::path::PathBuf;
-
-use rand::RngExt;
-
 use kbench_core::backend::{Backend, BackendError, Request, Session};
-use kbench_core::seed::rng_for;
 use kbench_core::spec::Experiment;
 
-use crate::device::Device;
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::model::Model;
 use crate::session::{EngineSession, Serving, NAME};
+use crate::settings::EngineSettings;
 use crate::spec::SpecSettings;
 
 pub struct EngineBackend {
@@ -21,16 +16,14 @@ pub struct EngineBackend {
 }
 
 impl EngineBackend {
-    /// Loads the model named by the experiment's `[backend]` (model_dir, draft_dir
-    /// defaulting to model_dir/draft, device), relative to the experiment file.
+    /// Loads the model `[backend.engine]` names (model_dir, default the directory of
+    /// `[model] config`; draft_dir, default model_dir/draft; device), relative to the
+    /// experiment file.
     pub fn new(exp: &Experiment) -> Result<EngineBackend> {
         let serving = Serving::from_experiment(exp);
-        let (model_dir, draft_dir) = checkpoint_dirs(exp, serving.spec.is_some())?;
-        let device = match &exp.file.backend.device {
-            Some(d) => Device::parse(d)?,
-            None => Device::Cpu,
-        };
-        let model = Model::load(&model_dir, draft_dir.as_deref(), device)?;
+        let settings = EngineSettings::of(exp)?;
+        let (model_dir, draft_dir) = settings.checkpoint_dirs(exp, serving.spec.is_some())?;
+        let model = Model::load(&model_dir, draft_dir.as_deref(), settings.device()?)?;
         Ok(EngineBackend { model, serving })
     }
 
@@ -70,37 +63,8 @@ impl EngineBackend {
     }
 }
 
-/// The `[backend]` checkpoint directories of an experiment: model_dir and, when speculating,
-/// draft_dir (default model_dir/draft), relative to the experiment file.
-pub(crate) fn checkpoint_dirs(
-    exp: &Experiment,
-    speculative: bool,
-) -> Result<(PathBuf, Option<PathBuf>)> {
-    let b = &exp.file.backend;
-    let model_dir: PathBuf = match &b.model_dir {
-        Some(d) => exp.base_dir.join(d),
-        None => {
-            return Err(EngineError::Invalid(
-                "[backend] kind = \"engine\" needs `model_dir` (a checkpoint directory)".into(),
-            ))
-        }
-    };
-    let draft_dir = speculative.then(|| match &b.draft_dir {
-        Some(d) => exp.base_dir.join(d),
-        None => model_dir.join("draft"),
-    });
-    Ok((model_dir, draft_dir))
-}
-
-/// A prompt of `len` (at least 1) random token ids, a pure function of (seed, id): the CPU
-/// and GPU backends and `trace record` all draw prompts this way, so they serve the same
-/// tokens.
-pub fn random_prompt(seed: u64, id: u64, len: usize, vocab: usize) -> Vec<u32> {
-    let mut rng = rng_for(seed, "prompt", id);
-    (0..len.max(1))
-        .map(|_| rng.random_range(0..vocab as u32))
-        .collect()
-}
+/// The prompts every backend sends (kept here for the engine's callers).
+pub use kbench_core::prompt::random_prompt;
 
 impl Backend for EngineBackend {
     fn name(&self) -> &'static str {

@@ -20,10 +20,12 @@ pub mod generate;
 pub mod init;
 pub mod linalg;
 pub mod model;
+mod open;
 pub mod passes;
 pub mod quant;
 pub mod rope;
 mod session;
+pub mod settings;
 pub mod spec;
 pub mod st;
 pub mod target;
@@ -39,5 +41,7 @@ pub use init::{
     InitOptions, Preset,
 };
 pub use model::Model;
+pub use open::open;
+pub use settings::EngineSettings;
 pub use spec::SpecSettings;
 pub use trace::{random_prompts, record_trace, TraceOptions};

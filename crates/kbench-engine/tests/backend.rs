@@ -36,6 +36,7 @@ requests_per_level = 4
 warmup_requests = 1
 [backend]
 kind = "engine"
+[backend.engine]
 model_dir = "models/tiny"
 "#;
     let path = dir.path().join("exp.toml");

@@ -37,6 +37,7 @@ requests_per_level = 4
 warmup_requests = 1
 [backend]
 kind = "engine"
+[backend.engine]
 model_dir = "models/tiny"
 device = "{device}"
 "#

@@ -56,4 +56,16 @@ pub enum SimError {
     },
     #[error("calibration: {0}")]
     Calibration(String),
+    #[error("{experiment}: the sim backend replays an acceptance trace for speculative decoding: set [workload] trace = \"...\" (see traces/)")]
+    NoTrace { experiment: PathBuf },
+    /// The trace could not be read (the error names the file).
+    #[error(transparent)]
+    TraceRead(kbench_core::trace::TraceError),
+    /// The trace cannot be replayed for the experiment's settings.
+    #[error("{path}: {source}")]
+    TraceReplay {
+        path: PathBuf,
+        #[source]
+        source: kbench_core::trace::TraceError,
+    },
 }

@@ -17,6 +17,7 @@ pub mod cost;
 pub mod error;
 mod fit;
 pub mod memory;
+mod open;
 pub mod optable;
 pub mod passes;
 pub mod predict;
@@ -27,5 +28,6 @@ pub mod sim;
 
 pub use cost::{CostModel, PassBreakdown, PassKind, RoundBreakdown};
 pub use error::SimError;
+pub use open::{acceptance_for, open};
 pub use profile::{HardwareProfile, Param, Provenance};
 pub use sim::SimBackend;

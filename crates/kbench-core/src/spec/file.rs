@@ -166,26 +166,80 @@ pub struct BenchmarkSection {
     pub warmup_requests: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `[backend]`: the backend a plain `kbench experiment` runs (`kind`), and one table of
+/// settings per backend (`[backend.engine]`, `[backend.http]`, ...). kbench-core knows the
+/// seam, not the backends: each table is parsed, strictly, by its backend's own crate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BackendSection {
-    /// `sim` (default) or `engine`.
-    #[serde(default = "default_backend")]
+    /// `sim` (default), `engine` or `http`.
     pub kind: String,
-    /// Engine backend: target model directory (config.json, safetensors, tokenizer.json).
-    #[serde(default)]
-    pub model_dir: Option<String>,
-    /// Engine backend: EAGLE-3 draft directory (default: model_dir/draft).
-    #[serde(default)]
-    pub draft_dir: Option<String>,
-    /// Engine backend: `cpu` or `cuda`.
-    #[serde(default)]
-    pub device: Option<String>,
-    /// Engine backend on CUDA: which kernels run the target, `auto` (default: the tuned bf16
-    /// kernels when the model's dimensions fit them), `exact` (f32, token-equal to the CPU)
-    /// or `tuned`.
-    #[serde(default)]
-    pub kernels: Option<String>,
+    /// Each backend's settings, by backend name.
+    #[serde(flatten)]
+    pub settings: BTreeMap<String, toml::Table>,
+}
+
+/// The engine's keys before they had a table of their own: still read, into `[backend.engine]`.
+const LEGACY_ENGINE_KEYS: [&str; 4] = ["model_dir", "draft_dir", "device", "kernels"];
+
+impl<'de> Deserialize<'de> for BackendSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<BackendSection, D::Error> {
+        use serde::de::Error;
+        let table = toml::Table::deserialize(d)?;
+        let mut kind = default_backend();
+        let mut settings: BTreeMap<String, toml::Table> = BTreeMap::new();
+        let mut legacy = toml::Table::new();
+        for (key, value) in table {
+            match (key.as_str(), value) {
+                ("kind", toml::Value::String(k)) => kind = k,
+                ("kind", other) => {
+                    return Err(D::Error::custom(format!(
+                        "`kind` must be a string (sim, engine, http), not {}",
+                        other.type_str()
+                    )))
+                }
+                (k, v) if LEGACY_ENGINE_KEYS.contains(&k) => {
+                    legacy.insert(key, v);
+                }
+                (_, toml::Value::Table(t)) => {
+                    settings.insert(key, t);
+                }
+                (k, other) => {
+                    return Err(D::Error::custom(format!(
+                        "unknown field `{k}` ({}): [backend] holds `kind` and one table per \
+                         backend, e.g. [backend.engine] or [backend.http]",
+                        other.type_str()
+                    )))
+                }
+            }
+        }
+        if !legacy.is_empty() {
+            let engine = settings.entry("engine".into()).or_default();
+            for (k, v) in legacy {
+                if engine.contains_key(&k) {
+                    return Err(D::Error::custom(format!(
+                        "`{k}` is set both in [backend] and in [backend.engine]; keep the \
+                         [backend.engine] one"
+                    )));
+                }
+                engine.insert(k, v);
+            }
+        }
+        Ok(BackendSection { kind, settings })
+    }
+}
+
+impl BackendSection {
+    /// A backend's settings table (empty if the file has none).
+    pub fn table(&self, backend: &str) -> toml::Table {
+        self.settings.get(backend).cloned().unwrap_or_default()
+    }
+
+    /// A backend's settings parsed into its own type; the error names the table.
+    pub fn parse<T: serde::de::DeserializeOwned>(&self, backend: &str) -> Result<T, String> {
+        toml::Value::Table(self.table(backend))
+            .try_into()
+            .map_err(|e: toml::de::Error| format!("[backend.{backend}]: {}", e.message()))
+    }
 }
 
 fn default_backend() -> String {
@@ -196,10 +250,7 @@ impl Default for BackendSection {
     fn default() -> Self {
         BackendSection {
             kind: default_backend(),
-            model_dir: None,
-            draft_dir: None,
-            device: None,
-            kernels: None,
+            settings: BTreeMap::new(),
         }
     }
 }
@@ -243,4 +294,38 @@ pub struct SweepVariant {
     pub name: String,
     /// Dotted keys to override, as with `--set`.
     pub set: BTreeMap<String, toml::Value>,
+}
+
+#[cfg(test)]
+mod backend_section_tests {
+    use super::BackendSection;
+
+    fn parse(text: &str) -> Result<BackendSection, String> {
+        toml::from_str::<toml::Table>(text)
+            .unwrap()
+            .remove("backend")
+            .unwrap()
+            .try_into()
+            .map_err(|e: toml::de::Error| e.message().to_string())
+    }
+
+    #[test]
+    fn one_table_per_backend_and_legacy_engine_keys() {
+        let b = parse("[backend]\nkind = \"http\"\n[backend.http]\nurl = \"u\"\n[backend.engine]\ndevice = \"cpu\"").unwrap();
+        assert_eq!(b.kind, "http");
+        assert_eq!(b.table("http")["url"].as_str(), Some("u"));
+        assert!(b.table("sim").is_empty());
+        // the keys [backend] held before each backend had its table
+        let b =
+            parse("[backend]\nkind = \"engine\"\nmodel_dir = \"m\"\ndevice = \"cuda\"").unwrap();
+        assert_eq!(b.table("engine")["model_dir"].as_str(), Some("m"));
+        assert_eq!(b.table("engine")["device"].as_str(), Some("cuda"));
+        let e =
+            parse("[backend]\ndevice = \"cpu\"\n[backend.engine]\ndevice = \"cuda\"").unwrap_err();
+        assert!(e.contains("both"), "{e}");
+        let e = parse("[backend]\nurl = \"x\"").unwrap_err();
+        assert!(e.contains("unknown field `url`"), "{e}");
+        let e = parse("[backend]\nkind = 3").unwrap_err();
+        assert!(e.contains("must be a string"), "{e}");
+    }
 }

@@ -8,10 +8,11 @@ use kbench_core::spec::Experiment;
 
 use super::model::CudaModel;
 use super::CudaOptions;
-use crate::backend::{checkpoint_dirs, random_prompt};
+use crate::backend::random_prompt;
 use crate::device::Device;
 use crate::error::{EngineError, Result};
 use crate::session::{EngineSession, Serving, NAME};
+use crate::settings::EngineSettings;
 
 pub struct CudaEngineBackend {
     model: CudaModel,
@@ -24,19 +25,14 @@ impl CudaEngineBackend {
     /// model_dir/draft) onto `tp_size` GPUs starting at the ordinal of `device = "cuda:N"`.
     pub fn new(exp: &Experiment) -> Result<CudaEngineBackend> {
         let mut serving = Serving::from_experiment(exp);
-        let (model_dir, draft_dir) = checkpoint_dirs(exp, serving.spec.is_some())?;
-        let first = match exp
-            .file
-            .backend
-            .device
-            .as_deref()
-            .map(Device::parse)
-            .transpose()?
-        {
-            Some(Device::Cuda(n)) => n as usize,
-            _ => {
+        let settings = EngineSettings::of(exp)?;
+        let (model_dir, draft_dir) = settings.checkpoint_dirs(exp, serving.spec.is_some())?;
+        let first = match settings.device()? {
+            Device::Cuda(n) => n as usize,
+            Device::Cpu => {
                 return Err(EngineError::Invalid(
-                    "CudaEngineBackend needs device = \"cuda\" or \"cuda:N\"".into(),
+                    "CudaEngineBackend needs [backend.engine] device = \"cuda\" or \"cuda:N\""
+                        .into(),
                 ))
             }
         };

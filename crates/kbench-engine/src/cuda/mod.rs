@@ -91,14 +91,14 @@ pub enum KernelChoice {
 }
 
 impl KernelChoice {
-    /// `auto`, `exact` or `tuned` (an experiment's `backend.kernels`).
+    /// `auto`, `exact` or `tuned` (an experiment's `[backend.engine] kernels`).
     pub fn parse(s: &str) -> Result<KernelChoice> {
         match s.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(KernelChoice::Auto),
             "exact" => Ok(KernelChoice::Exact),
             "tuned" => Ok(KernelChoice::Tuned),
             other => Err(EngineError::Invalid(format!(
-                "unknown backend.kernels `{other}` (use `auto`, `exact` or `tuned`)"
+                "unknown [backend.engine] kernels `{other}` (use `auto`, `exact` or `tuned`)"
             ))),
         }
     }
@@ -249,15 +249,13 @@ impl CudaOptions {
 
     /// From an experiment: `tp_size` GPUs from `first`, `max_running_requests` slots,
     /// `cuda_graph_max_bs`, a context long enough for its longest prompt, `max_tokens` and
-    /// one round's tree; `backend.kernels` (default `auto`).
+    /// one round's tree; `[backend.engine] kernels` (default `auto`).
     pub fn from_experiment(
         exp: &kbench_core::spec::Experiment,
         first: usize,
     ) -> Result<CudaOptions> {
         let mut o = CudaOptions::new(first, exp.tp_size.max(1) as usize);
-        if let Some(k) = &exp.file.backend.kernels {
-            o.kernels = KernelChoice::parse(k)?;
-        }
+        o.kernels = crate::settings::EngineSettings::of(exp)?.kernels()?;
         o.max_batch = exp.max_running_requests.max(1) as usize;
         o.cuda_graph_max_bs = exp.cuda_graph_max_bs as usize;
         let tree = exp.spec.num_draft_tokens.max(1) as usize;

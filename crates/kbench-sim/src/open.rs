@@ -1,0 +1,36 @@
+//! The sim backend's one entry point: an experiment in, a simulator replaying the
+//! experiment's acceptance trace out.
+
+use std::sync::Arc;
+
+use kbench_core::acceptance::AcceptanceModel;
+use kbench_core::backend::Backend;
+use kbench_core::spec::Experiment;
+use kbench_core::trace::{self, TraceAcceptance};
+
+use crate::error::SimError;
+use crate::sim::SimBackend;
+
+pub fn open(exp: &Experiment) -> Result<Box<dyn Backend>, SimError> {
+    Ok(Box::new(SimBackend::new(exp, acceptance_for(exp)?)?))
+}
+
+/// What a speculative simulation replays: the workload's trace, checked against the
+/// experiment's speculative settings. `None` without speculation.
+pub fn acceptance_for(exp: &Experiment) -> Result<Option<Arc<dyn AcceptanceModel>>, SimError> {
+    if !exp.spec.is_speculative() {
+        return Ok(None);
+    }
+    let path = exp.trace.as_ref().ok_or_else(|| SimError::NoTrace {
+        experiment: exp.path.clone(),
+    })?;
+    let t = trace::read(path).map_err(SimError::TraceRead)?;
+    let acceptance =
+        TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.spec).map_err(|source| {
+            SimError::TraceReplay {
+                path: path.clone(),
+                source,
+            }
+        })?;
+    Ok(Some(Arc::new(acceptance)))
+}
