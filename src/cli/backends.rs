@@ -8,7 +8,7 @@ use super::error::{CliError, CliResult};
 use super::exit;
 
 /// The backends this build knows, for messages.
-pub const KNOWN: &str = "sim, engine";
+pub const KNOWN: &str = "sim, engine, http";
 
 pub fn make_backend(exp: &Experiment) -> CliResult<Box<dyn Backend>> {
     let invalid =
@@ -16,6 +16,7 @@ pub fn make_backend(exp: &Experiment) -> CliResult<Box<dyn Backend>> {
     match exp.file.backend.kind.as_str() {
         "sim" => kbench_sim::open(exp).map_err(|e| invalid(&e)),
         "engine" => kbench_engine::open(exp).map_err(|e| invalid(&e)),
+        "http" => kbench_http::open(exp).map_err(|e| invalid(&e)),
         other => Err(CliError::new(
             exit::INVALID_INPUT,
             format!(

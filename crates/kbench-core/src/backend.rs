@@ -31,6 +31,14 @@ pub struct RequestRecord {
     /// Tokens committed by each verify round (bonus token included); empty without
     /// speculation. The first token (from prefill) belongs to no round.
     pub round_commits: Vec<u32>,
+    /// Verify rounds a server reported for a request whose stream does not give each round's
+    /// commit (coalesced chunks): `round_commits` is then empty, and no rounds are invented.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reported_rounds: Option<u32>,
+    /// Why the request failed (refused, reset, timed out, a 4xx/5xx); failed requests are
+    /// counted, not measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Tokens that became visible to one request's client together: one streamed chunk.

@@ -18,6 +18,11 @@ use crate::backend::RequestRecord;
 pub struct LevelMetrics {
     pub concurrency: u32,
     pub completed: u32,
+    /// Measured requests that failed (bench_serving's `failed`), and their distinct reasons.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub failed: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
     pub duration_s: f64,
     pub total_input_tokens: u64,
     pub total_output_tokens: u64,
@@ -44,8 +49,22 @@ pub struct LevelMetrics {
 
 const MS: f64 = 1e6;
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 pub fn level_metrics(concurrency: u32, records: &[RequestRecord]) -> LevelMetrics {
-    let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup).collect();
+    let measured: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|r| !r.warmup && r.error.is_none())
+        .collect();
+    let failures: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|r| !r.warmup && r.error.is_some())
+        .collect();
+    let mut errors: Vec<String> = failures.iter().filter_map(|r| r.error.clone()).collect();
+    errors.sort();
+    errors.dedup();
     let start = measured.iter().map(|r| r.submitted_ns).min().unwrap_or(0);
     let end = measured.iter().map(|r| r.finished_ns()).max().unwrap_or(0);
     let duration_s = end.saturating_sub(start) as f64 / 1e9;
@@ -86,14 +105,24 @@ pub fn level_metrics(concurrency: u32, records: &[RequestRecord]) -> LevelMetric
                 prev = t;
             }
         }
-        committed += r.round_commits.iter().map(|&c| c as u64).sum::<u64>();
-        rounds += r.round_commits.len() as u64;
+        match (r.round_commits.is_empty(), r.reported_rounds) {
+            (true, Some(n)) => {
+                committed += r.output_tokens().saturating_sub(1) as u64;
+                rounds += n as u64;
+            }
+            _ => {
+                committed += r.round_commits.iter().map(|&c| c as u64).sum::<u64>();
+                rounds += r.round_commits.len() as u64;
+            }
+        }
     }
     let s = |v: &mut Vec<f64>| Summary::of(v);
     let (ttft, tpot, itl, e2e) = (s(&mut ttft), s(&mut tpot), s(&mut itl), s(&mut e2e));
     LevelMetrics {
         concurrency,
         completed: measured.len() as u32,
+        failed: failures.len() as u32,
+        errors,
         duration_s,
         total_input_tokens,
         total_output_tokens,
@@ -169,6 +198,8 @@ mod tests {
             submitted_ns: submitted,
             token_times_ns: times.to_vec(),
             round_commits: rounds.to_vec(),
+            reported_rounds: None,
+            error: None,
         }
     }
 

@@ -154,6 +154,8 @@ impl<M: SpecModel> EngineSession<M> {
                 submitted_ns: l.submitted_ns,
                 token_times_ns: l.token_times,
                 round_commits: l.round_commits,
+                reported_rounds: None,
+                error: None,
             })
             .collect())
     }

@@ -179,6 +179,8 @@ impl Live {
             submitted_ns: self.submitted_ns,
             token_times_ns: self.token_times,
             round_commits: self.round_commits,
+            reported_rounds: None,
+            error: None,
         }
     }
 }

@@ -83,6 +83,15 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
         ]);
     }
     write_rows(out, &rows)?;
+    for m in r.levels.iter().filter(|m| m.failed > 0) {
+        writeln!(
+            out,
+            "   C={}: {} request(s) failed: {}",
+            m.concurrency,
+            m.failed,
+            m.errors.join("; ")
+        )?;
+    }
     writeln!(
         out,
         "   saturation: {:.1} output tok/s at C={}",

@@ -1,0 +1,24 @@
+//! What can stop the http backend. A single request's failure is not here: it is recorded
+//! on the request (`RequestRecord::error`) and the level goes on.
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("[backend.http]: {0}")]
+    Settings(String),
+    #[error("the server at {url} did not answer /health within {seconds} s (is it running? last: {last})")]
+    NotReady {
+        url: String,
+        seconds: f64,
+        last: String,
+    },
+    #[error("the server's speculative settings differ from the file's: {0} (set [backend.http] allow_mismatch = true to run anyway)")]
+    Mismatch(String),
+    #[error("{what} from {url}: {message}")]
+    Server {
+        what: String,
+        url: String,
+        message: String,
+    },
+    #[error("starting the HTTP client runtime")]
+    Runtime(#[source] std::io::Error),
+}

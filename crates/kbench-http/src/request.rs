@@ -1,0 +1,235 @@
+//! One generation request against the server: sent with exact lengths (token ids,
+//! `ignore_eos`), its server-sent events timestamped on arrival, token counts read from the
+//! cumulative counters, speculative statistics from SGLang's finished `meta_info`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use kbench_core::backend::{ChunkEvent, Nanos, RequestRecord};
+
+use crate::client::Client;
+use crate::settings::Api;
+
+pub struct Sent {
+    pub id: u64,
+    pub warmup: bool,
+    pub prompt: Vec<u32>,
+    pub max_tokens: u32,
+    pub temperature: f64,
+    pub submitted_ns: Nanos,
+}
+
+/// What the stream told about one request.
+pub struct Outcome {
+    pub record: RequestRecord,
+    pub chunks: Vec<ChunkEvent>,
+}
+
+/// SGLang's names for the verify count and accept length, every release since 0.5.10 (the
+/// count was never renamed).
+const VERIFY_CT: &str = "spec_verify_ct";
+
+pub fn body(api: Api, model: Option<&str>, s: &Sent) -> Value {
+    match api {
+        Api::Sglang => json!({
+            "input_ids": s.prompt,
+            "sampling_params": {"max_new_tokens": s.max_tokens, "temperature": s.temperature, "ignore_eos": true},
+            "stream": true,
+        }),
+        Api::OpenAiCompletions => {
+            let mut b = json!({
+                "prompt": s.prompt, "max_tokens": s.max_tokens, "temperature": s.temperature,
+                "ignore_eos": true, "stream": true,
+                "stream_options": {"include_usage": true, "continuous_usage_stats": true},
+            });
+            if let Some(m) = model {
+                b["model"] = json!(m);
+            }
+            b
+        }
+    }
+}
+
+fn path(api: Api) -> &'static str {
+    match api {
+        Api::Sglang => "/generate",
+        Api::OpenAiCompletions => "/v1/completions",
+    }
+}
+
+/// Runs the request to its end; a failure comes back as a record with `error` set.
+pub async fn run(
+    client: &Client,
+    api: Api,
+    model: Option<&str>,
+    speculative: bool,
+    s: Sent,
+    start: Instant,
+    limit: Duration,
+) -> Outcome {
+    let now = || start.elapsed().as_nanos() as Nanos;
+    let mut record = RequestRecord {
+        id: s.id,
+        warmup: s.warmup,
+        input_len: s.prompt.len() as u32,
+        submitted_ns: s.submitted_ns,
+        token_times_ns: Vec::new(),
+        round_commits: Vec::new(),
+        reported_rounds: None,
+        error: None,
+    };
+    let mut chunks = Vec::new();
+    let result = tokio::time::timeout(
+        limit,
+        stream(client, api, model, &s, &mut record, &mut chunks, now),
+    )
+    .await;
+    let verify = match result {
+        Err(_) => Err(format!("no complete answer within {limit:?}")),
+        Ok(r) => r,
+    };
+    match verify {
+        Err(e) => {
+            record.error = Some(e);
+        }
+        Ok(verify_ct) if speculative => {
+            let deltas: Vec<u32> = chunks.iter().map(|c| c.tokens).collect();
+            match verify_ct {
+                // one chunk per round after prefill's: the deltas are the rounds
+                Some(n) if deltas.len() == n as usize + 1 && deltas.first() == Some(&1) => {
+                    record.round_commits = deltas[1..].to_vec();
+                    for c in chunks.iter_mut().skip(1) {
+                        c.spec_round = true;
+                    }
+                }
+                Some(n) => record.reported_rounds = Some(n),
+                None => {}
+            }
+        }
+        Ok(_) => {}
+    }
+    Outcome { record, chunks }
+}
+
+/// Reads the stream; returns the server's verify count when it reported one.
+async fn stream(
+    client: &Client,
+    api: Api,
+    model: Option<&str>,
+    s: &Sent,
+    record: &mut RequestRecord,
+    chunks: &mut Vec<ChunkEvent>,
+    now: impl Fn() -> Nanos,
+) -> Result<Option<u32>, String> {
+    let req = body(api, model, s);
+    let mut resp = client
+        .send("POST", path(api), Some(&req), Duration::from_secs(3600))
+        .await?;
+    if resp.status != 200 {
+        let status = resp.status;
+        let body = resp.all(Duration::from_secs(30)).await.unwrap_or_default();
+        let text = String::from_utf8_lossy(&body);
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| {
+                v["error"]["message"]
+                    .as_str()
+                    .or(v["message"].as_str())
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| text.chars().take(200).collect());
+        return Err(format!("HTTP {status}: {message}"));
+    }
+    let mut pending = String::new();
+    let mut seen: u64 = 0;
+    let mut verify_ct = None;
+    let mut finished = false;
+    let mut done = false;
+    while let Some(bytes) = resp.next().await? {
+        let at = now();
+        pending.push_str(&String::from_utf8_lossy(&bytes));
+        while let Some(i) = pending.find("\n\n") {
+            let event: String = pending.drain(..i + 2).collect();
+            for line in event.lines() {
+                let Some(data) = line.strip_prefix("data:") else {
+                    continue;
+                };
+                let data = data.trim();
+                if data == "[DONE]" {
+                    done = true;
+                    continue;
+                }
+                let v: Value = serde_json::from_str(data).map_err(|e| {
+                    format!(
+                        "malformed server-sent event ({e}): {}",
+                        data.chars().take(120).collect::<String>()
+                    )
+                })?;
+                if v.get("error").is_some() {
+                    return Err(format!(
+                        "error mid-stream: {}",
+                        v["error"]["message"].as_str().unwrap_or("(no message)")
+                    ));
+                }
+                let (cumulative, last) = match api {
+                    Api::Sglang => {
+                        let meta = &v["meta_info"];
+                        if let Some(n) = meta[VERIFY_CT].as_u64() {
+                            verify_ct = Some(n as u32);
+                        }
+                        (
+                            meta["completion_tokens"].as_u64(),
+                            !meta["finish_reason"].is_null(),
+                        )
+                    }
+                    Api::OpenAiCompletions => {
+                        let choices = v["choices"].as_array().map(Vec::len).unwrap_or(0);
+                        if choices == 0 {
+                            // the usage-only chunk after the last content chunk
+                            continue;
+                        }
+                        let last = !v["choices"][0]["finish_reason"].is_null();
+                        match v["usage"]["completion_tokens"].as_u64() {
+                            Some(n) => (Some(n), last),
+                            None => return Err("the server sent a content chunk without `usage` (it needs stream_options.continuous_usage_stats)".into()),
+                        }
+                    }
+                };
+                let Some(n) = cumulative else {
+                    return Err("a chunk without completion_tokens".into());
+                };
+                if n < seen {
+                    return Err(format!("completion_tokens went back from {seen} to {n}"));
+                }
+                let delta = (n - seen) as u32;
+                seen = n;
+                if delta > 0 {
+                    record
+                        .token_times_ns
+                        .extend(std::iter::repeat_n(at, delta as usize));
+                    chunks.push(ChunkEvent {
+                        id: s.id,
+                        visible_ns: at,
+                        tokens: delta,
+                        spec_round: false,
+                        finished: last,
+                    });
+                }
+                finished |= last;
+            }
+        }
+        if done {
+            break;
+        }
+    }
+    if !finished {
+        return Err(format!(
+            "the stream ended after {seen} tokens without finishing"
+        ));
+    }
+    if let Some(c) = chunks.last_mut() {
+        c.finished = true;
+    }
+    Ok(verify_ct)
+}

@@ -1,0 +1,166 @@
+//! `[backend.http]`: which server to drive and how.
+
+use serde::Deserialize;
+
+use kbench_core::spec::Experiment;
+
+use crate::error::HttpError;
+
+/// Which of the server's APIs the requests go through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum Api {
+    /// SGLang's `/generate` with `input_ids`: `meta_info` gives cumulative token counts and,
+    /// in the finished chunk, the speculative statistics.
+    #[default]
+    #[serde(rename = "sglang")]
+    Sglang,
+    /// `/v1/completions` with the prompt as token ids and `stream_options`
+    /// (`include_usage`, `continuous_usage_stats`) for the token counts.
+    #[serde(rename = "openai-completions")]
+    OpenAiCompletions,
+}
+
+impl Api {
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Sglang => "SGLang /generate",
+            Api::OpenAiCompletions => "OpenAI /v1/completions",
+        }
+    }
+}
+
+fn default_request_timeout() -> f64 {
+    600.0
+}
+
+fn default_ready_timeout() -> f64 {
+    60.0
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSettings {
+    /// `http://HOST:PORT` of a running server.
+    pub url: Option<String>,
+    #[serde(default)]
+    pub api: Api,
+    /// The `model` OpenAI requests name (default: the first of the server's `/v1/models`).
+    pub model: Option<String>,
+    /// The name of an environment variable holding a bearer token (the token itself never
+    /// appears in a file, a report, a log or an error).
+    pub api_key_env: Option<String>,
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout_s: f64,
+    /// How long to wait for `/health` before each level.
+    #[serde(default = "default_ready_timeout")]
+    pub ready_timeout_s: f64,
+    /// Run even when the server's speculative settings differ from the file's.
+    #[serde(default)]
+    pub allow_mismatch: bool,
+    /// `/flush_cache` before each level where the server has it.
+    #[serde(default = "default_true")]
+    pub flush_cache: bool,
+}
+
+/// Where the server is: host, port and a path prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub url: String,
+    pub host: String,
+    pub port: u16,
+    pub prefix: String,
+}
+
+impl Target {
+    pub fn parse(url: &str) -> Result<Target, HttpError> {
+        let bad = |why: &str| HttpError::Settings(format!("url `{url}`: {why}"));
+        if url.starts_with("https://") {
+            return Err(bad(
+                "https is not supported yet (use http:// on a trusted network or a local tunnel)",
+            ));
+        }
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| bad("must start with http://"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() => (
+                h.trim_start_matches('[').trim_end_matches(']').to_string(),
+                p.parse::<u16>()
+                    .map_err(|_| bad("the port is not a number"))?,
+            ),
+            _ if !authority.is_empty() => (authority.to_string(), 80),
+            _ => return Err(bad("no host")),
+        };
+        Ok(Target {
+            url: url.trim_end_matches('/').to_string(),
+            host,
+            port,
+            prefix: path.to_string(),
+        })
+    }
+}
+
+impl HttpSettings {
+    pub fn of(exp: &Experiment) -> Result<HttpSettings, HttpError> {
+        let s: HttpSettings = exp
+            .file
+            .backend
+            .parse("http")
+            .map_err(HttpError::Settings)?;
+        if !(s.request_timeout_s > 0.0 && s.ready_timeout_s > 0.0) {
+            return Err(HttpError::Settings(
+                "request_timeout_s and ready_timeout_s must be positive".into(),
+            ));
+        }
+        Ok(s)
+    }
+
+    pub fn target(&self) -> Result<Target, HttpError> {
+        let url = self.url.as_deref().ok_or_else(|| {
+            HttpError::Settings(
+                "no `url`: give the server, e.g. --set 'backend.http.url=\"http://127.0.0.1:30000\"'"
+                    .into(),
+            )
+        })?;
+        Target::parse(url)
+    }
+
+    /// The bearer token, read from the named environment variable.
+    pub fn api_key(&self) -> Result<Option<String>, HttpError> {
+        match &self.api_key_env {
+            None => Ok(None),
+            Some(var) => std::env::var(var).map(Some).map_err(|_| {
+                HttpError::Settings(format!(
+                    "api_key_env names `{var}`, which is not set in the environment"
+                ))
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let t = Target::parse("http://127.0.0.1:30000/").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.prefix.as_str()),
+            ("127.0.0.1", 30000, "")
+        );
+        let t = Target::parse("http://localhost/api").unwrap();
+        assert_eq!((t.port, t.prefix.as_str()), (80, "/api"));
+        assert!(Target::parse("https://x").is_err());
+        assert!(Target::parse("ftp://x").is_err());
+        assert!(Target::parse("http://x:notaport").is_err());
+    }
+}

@@ -1,0 +1,332 @@
+//! The `http` backend against `kbench serve`: the same tokens and rounds as the engine
+//! backend on the same file, the simulator's throughput through a real server, and failures
+//! counted, not fatal.
+
+mod serve_support;
+
+use std::path::{Path, PathBuf};
+
+use kbench_core::harness::{run_levels, LevelResult, LoadPlan, NoProgress};
+use kbench_core::spec::{load_experiment, Experiment};
+use serve_support::*;
+
+fn tiny_experiment(dir: &Path, speculative: &str) -> PathBuf {
+    let m = tiny_model().display().to_string();
+    let text = format!(
+        r#"
+name = "http_test"
+seed = 11
+[model]
+config = "{m}/config.json"
+[hardware]
+preset = "h200"
+[server]
+tp_size = 1
+[draft]
+config = "{m}/draft/config.json"
+{speculative}
+[workload]
+max_tokens = 20
+input_len_range = [8, 24]
+[benchmark]
+concurrency = [1, 3]
+requests_per_level = 6
+warmup_requests = 1
+[backend]
+kind = "engine"
+[backend.engine]
+model_dir = "{m}"
+[backend.http]
+ready_timeout_s = 5
+request_timeout_s = 60
+"#
+    );
+    let path = dir.join("exp.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+const CHAIN: &str =
+    "[speculative]\nalgorithm = \"EAGLE3\"\nnum_steps = 3\neagle_topk = 1\nnum_draft_tokens = 4";
+
+fn load(path: &Path, sets: &[String]) -> Experiment {
+    load_experiment(path, sets).unwrap().remove(0).experiment
+}
+
+fn url(addr: &str) -> String {
+    format!("backend.http.url=\"http://{addr}\"")
+}
+
+fn run(backend: &mut dyn kbench_core::backend::Backend, exp: &Experiment) -> Vec<LevelResult> {
+    run_levels(backend, &LoadPlan::from_experiment(exp), &mut NoProgress).unwrap()
+}
+
+#[test]
+fn http_gives_the_engines_tokens_rounds_and_accept_length() {
+    let m = tiny_model().display().to_string();
+    let server = ServerProc::start(&[
+        "--model",
+        &m,
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_experiment(dir.path(), CHAIN);
+    let exp = load(&path, &[url(&server.addr)]);
+    let engine = run(kbench_engine::open(&exp).unwrap().as_mut(), &exp);
+    for api in ["sglang", "openai-completions"] {
+        let exp = load(
+            &path,
+            &[url(&server.addr), format!("backend.http.api=\"{api}\"")],
+        );
+        let mut http = kbench_http::open(&exp).unwrap();
+        let levels = run(http.as_mut(), &exp);
+        assert!(
+            http.describe().contains("EAGLE (3, 1, 4)"),
+            "{}",
+            http.describe()
+        );
+        for (e, h) in engine.iter().zip(&levels) {
+            assert_eq!(h.metrics.failed, 0, "{api}: {:?}", h.metrics.errors);
+            assert_eq!(h.metrics.total_output_tokens, e.metrics.total_output_tokens);
+            assert_eq!(h.metrics.total_input_tokens, e.metrics.total_input_tokens);
+            let mut er: Vec<_> = e
+                .records
+                .iter()
+                .map(|r| (r.id, r.round_commits.clone()))
+                .collect();
+            let mut hr: Vec<_> = h
+                .records
+                .iter()
+                .map(|r| (r.id, r.round_commits.clone()))
+                .collect();
+            er.sort();
+            hr.sort();
+            if api == "sglang" {
+                // /generate reports spec_verify_ct: the chunk deltas are the engine's rounds
+                assert_eq!(hr, er, "C={}", e.concurrency);
+                assert_eq!(h.metrics.accept_length, e.metrics.accept_length);
+            } else {
+                // OpenAI streams say nothing of rounds: none are invented
+                assert!(hr.iter().all(|(_, r)| r.is_empty()));
+                assert_eq!(h.metrics.accept_length, None);
+            }
+        }
+    }
+}
+
+#[test]
+fn http_through_kbench_serve_sim_reproduces_the_simulators_throughput() {
+    let exp_file = format!("{}/experiments/topk1_v2.toml", env!("CARGO_MANIFEST_DIR"));
+    let speed = 20.0;
+    let server = ServerProc::start(&["--sim", &exp_file, "--speed", "20"]);
+    let sets = [
+        "benchmark.concurrency=[1, 8]".to_string(),
+        "benchmark.requests_per_level=32".into(),
+        "benchmark.warmup_requests=2".into(),
+        "workload.max_tokens=120".into(),
+    ];
+    let sim_exp = load(Path::new(&exp_file), &sets);
+    let predicted = run(kbench_sim::open(&sim_exp).unwrap().as_mut(), &sim_exp);
+    let mut with_url = sets.to_vec();
+    with_url.push(url(&server.addr));
+    with_url.push("backend.http.flush_cache=false".into());
+    let http_exp = load(Path::new(&exp_file), &with_url);
+    let measured = run(kbench_http::open(&http_exp).unwrap().as_mut(), &http_exp);
+    for (p, m) in predicted.iter().zip(&measured) {
+        let got = m.metrics.output_throughput / speed;
+        let want = p.metrics.output_throughput;
+        let err = (got - want) / want;
+        eprintln!(
+            "C={}: simulator {want:.1} tok/s, through the server {got:.1} tok/s ({:+.1}%)",
+            p.concurrency,
+            err * 100.0
+        );
+        assert!(
+            err.abs() < 0.05,
+            "C={}: {got:.1} vs {want:.1}",
+            p.concurrency
+        );
+        let accept = m.metrics.accept_length.unwrap();
+        assert!((accept - p.metrics.accept_length.unwrap()).abs() < 0.25);
+    }
+}
+
+#[test]
+fn failed_requests_are_counted_and_the_level_goes_on() {
+    let m = tiny_model().display().to_string();
+    let server = ServerProc::start(&[
+        "--model",
+        &m,
+        "--fail-rate",
+        "0.4",
+        "--fail-kinds",
+        "rate_limit,server_error,drop",
+        "--fail-seed",
+        "3",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_experiment(dir.path(), "");
+    let exp = load(
+        &path,
+        &[url(&server.addr), "benchmark.requests_per_level=12".into()],
+    );
+    let levels = run(kbench_http::open(&exp).unwrap().as_mut(), &exp);
+    let failed: u32 = levels.iter().map(|l| l.metrics.failed).sum();
+    let completed: u32 = levels.iter().map(|l| l.metrics.completed).sum();
+    assert!(
+        failed > 0 && completed > 0,
+        "failed {failed}, completed {completed}"
+    );
+    assert_eq!(failed + completed, 24);
+    let errors: Vec<String> = levels
+        .iter()
+        .flat_map(|l| l.metrics.errors.clone())
+        .collect();
+    assert!(
+        errors.iter().any(|e| e.starts_with("HTTP 429")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("connection broke")),
+        "{errors:?}"
+    );
+    for e in &errors {
+        assert!(
+            e.starts_with("HTTP 429")
+                || e.starts_with("HTTP 500")
+                || e.contains("connection broke"),
+            "{e}"
+        );
+    }
+    for l in &levels {
+        assert!(l
+            .records
+            .iter()
+            .filter(|r| r.error.is_none())
+            .all(|r| r.output_tokens() == 20));
+    }
+}
+
+#[test]
+fn a_server_that_runs_other_settings_or_is_not_there_stops_the_run_clearly() {
+    let m = tiny_model().display().to_string();
+    let server = ServerProc::start(&[
+        "--model",
+        &m,
+        "--speculative-num-steps",
+        "2",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "3",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_experiment(dir.path(), CHAIN);
+    let exp = load(&path, &[url(&server.addr)]);
+    let mut http = kbench_http::open(&exp).unwrap();
+    let err = run_levels(
+        http.as_mut(),
+        &LoadPlan::from_experiment(&exp),
+        &mut NoProgress,
+    )
+    .unwrap_err();
+    let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+    insta::assert_snapshot!("http_speculative_mismatch", chain);
+    // the override runs it anyway
+    let exp = load(
+        &path,
+        &[
+            url(&server.addr),
+            "backend.http.allow_mismatch=true".into(),
+            "benchmark.concurrency=[1]".into(),
+        ],
+    );
+    assert!(run_levels(
+        kbench_http::open(&exp).unwrap().as_mut(),
+        &LoadPlan::from_experiment(&exp),
+        &mut NoProgress
+    )
+    .is_ok());
+
+    // nothing listening: bounded, named
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let exp = load(
+        &path,
+        &[url(&addr), "backend.http.ready_timeout_s=1".into()],
+    );
+    let started = std::time::Instant::now();
+    let err = run_levels(
+        kbench_http::open(&exp).unwrap().as_mut(),
+        &LoadPlan::from_experiment(&exp),
+        &mut NoProgress,
+    )
+    .unwrap_err();
+    let msg = std::error::Error::source(&err).unwrap().to_string();
+    assert!(msg.contains("did not answer /health within 1 s"), "{msg}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+
+    // settings errors name the table
+    let exp = load(&path, &["backend.http.api=\"grpc\"".into()]);
+    let e = kbench_http::open(&exp).err().unwrap().to_string();
+    assert!(e.starts_with("[backend.http]"), "{e}");
+    let exp = load(&path, &[]);
+    let e = kbench_http::open(&exp).err().unwrap().to_string();
+    assert!(e.contains("no `url`"), "{e}");
+}
+
+#[test]
+fn the_api_key_comes_from_the_environment_and_never_shows() {
+    let m = tiny_model().display().to_string();
+    let server = ServerProc::start(&["--model", &m, "--api-key", "s3cret-key"]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_experiment(dir.path(), "");
+    std::env::set_var("KBENCH_HTTP_TEST_KEY", "s3cret-key");
+    let sets = [url(&server.addr), "benchmark.concurrency=[2]".into()];
+    let mut keyed = sets.to_vec();
+    keyed.push("backend.http.api_key_env=\"KBENCH_HTTP_TEST_KEY\"".into());
+    let exp = load(&path, &keyed);
+    let mut http = kbench_http::open(&exp).unwrap();
+    let levels = run(http.as_mut(), &exp);
+    assert_eq!(
+        levels[0].metrics.failed, 0,
+        "{:?}",
+        levels[0].metrics.errors
+    );
+    assert!(!http.describe().contains("s3cret"));
+    // without it the server refuses before the level starts, and the run stops saying so
+    let exp = load(&path, &sets);
+    let err = run_levels(
+        kbench_http::open(&exp).unwrap().as_mut(),
+        &LoadPlan::from_experiment(&exp),
+        &mut NoProgress,
+    )
+    .unwrap_err();
+    let msg = std::error::Error::source(&err).unwrap().to_string();
+    assert!(msg.contains("HTTP 401") && !msg.contains("s3cret"), "{msg}");
+    // with flushing off, each request is refused and counted with the server's reason
+    let mut no_flush = sets.to_vec();
+    no_flush.push("backend.http.flush_cache=false".into());
+    let exp = load(&path, &no_flush);
+    let levels = run(kbench_http::open(&exp).unwrap().as_mut(), &exp);
+    assert_eq!(levels[0].metrics.completed, 0);
+    assert!(levels[0]
+        .metrics
+        .errors
+        .iter()
+        .all(|e| e.starts_with("HTTP 401") && !e.contains("s3cret")));
+    // a variable that is not set is named, the key never
+    let mut unset = sets.to_vec();
+    unset.push("backend.http.api_key_env=\"KBENCH_HTTP_TEST_UNSET\"".into());
+    let e = kbench_http::open(&load(&path, &unset))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("KBENCH_HTTP_TEST_UNSET"), "{e}");
+}
