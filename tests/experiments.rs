@@ -17,7 +17,7 @@ fn sim_experiments() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
         .filter(|p| {
             let text = std::fs::read_to_string(p).unwrap();
-            !text.contains("kind = \"engine\"")
+            !text.contains("kind = \"engine\"") && !text.contains("kind = \"http\"")
         })
         .collect();
     files.sort();

@@ -330,3 +330,85 @@ fn the_api_key_comes_from_the_environment_and_never_shows() {
         .to_string();
     assert!(e.contains("KBENCH_HTTP_TEST_UNSET"), "{e}");
 }
+
+#[test]
+fn http_tiny_launches_its_server_runs_stops_it_and_predicts() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+        .current_dir(root)
+        .args(["experiment", "experiments/http_tiny.toml", "--predict"])
+        .args(["--set", "benchmark.requests_per_level=4"])
+        .args([
+            "--set",
+            "backend.http.launch.command=[\"kbench-test-placeholder\"]",
+        ])
+        .output()
+        .unwrap();
+    // a command that does not exist is named
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start `kbench-test-placeholder`"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+        .current_dir(root)
+        .args(["experiment", "experiments/http_tiny.toml", "--predict"])
+        .args(["--set", "benchmark.requests_per_level=4"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("launched `"), "{stdout}");
+    assert!(
+        stdout.contains("measured (http) vs predicted (sim)"),
+        "{stdout}"
+    );
+    // the launched server is gone: its port no longer answers
+    let port: u16 = stdout
+        .split("http://127.0.0.1:")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .expect("the report names the port");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the server was left running"
+    );
+}
+
+#[test]
+fn sglang_args_prints_what_the_file_implies() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = kbench(&[
+        "sglang-args",
+        root.join("experiments/topk1_v2.toml").to_str().unwrap(),
+    ]);
+    assert!(
+        out.starts_with("SGLANG_ENABLE_SPEC_V2=True python3 -m sglang.launch_server"),
+        "{out}"
+    );
+    for flag in [
+        "--tp-size 8",
+        "--speculative-algorithm EAGLE3",
+        "--speculative-num-steps 2",
+        "--speculative-eagle-topk 1",
+        "--speculative-num-draft-tokens 3",
+        "--model-path moonshotai/Kimi-K2.5",
+    ] {
+        assert!(out.contains(flag), "{flag} missing: {out}");
+    }
+    let out = kbench(&[
+        "sglang-args",
+        root.join("experiments/tree_vs_chain.toml")
+            .to_str()
+            .unwrap(),
+        "--variant",
+        "tree-topk4",
+    ]);
+    assert!(
+        out.contains("# variant tree-topk4") && out.contains("--speculative-eagle-topk 4"),
+        "{out}"
+    );
+    assert!(!out.contains("SGLANG_ENABLE_SPEC_V2"), "{out}");
+}

@@ -377,11 +377,11 @@ fn injected_faults_take_the_shapes_clients_see_from_sglang_and_vllm() {
 #[test]
 fn bad_flags_are_refused_by_name() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
-        .args(["serve", "--model", "x", "--tp-size", "8"])
+        .args(["serve", "--model", "x", "--enable-dp-attention"])
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--tp-size"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--enable-dp-attention"));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
         .args([
             "serve",

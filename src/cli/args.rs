@@ -40,9 +40,21 @@ pub enum Command {
     /// CUDA kernels: compile them through NVRTC (no GPU needed).
     #[command(subcommand)]
     Kernels(KernelsCommand),
+    /// Print the SGLang launch command (and environment) an experiment file implies.
+    SglangArgs(SglangArgsArgs),
     /// Serve SGLang's and OpenAI's HTTP APIs: the engine (--model), or an experiment's
     /// modelled deployment played out in wall time (--sim). Flags keep SGLang's names.
     Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SglangArgsArgs {
+    pub file: PathBuf,
+    /// Only this sweep variant.
+    #[arg(long)]
+    pub variant: Option<String>,
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -83,6 +95,13 @@ pub struct ServeArgs {
     /// Requests decoded together (the batch cap); more wait in the queue.
     #[arg(long)]
     pub max_running_requests: Option<u32>,
+    /// The engine serves on one device (1 only); --sim: the modelled deployment's tp_size.
+    #[arg(long)]
+    pub tp_size: Option<u32>,
+    /// --sim: the modelled deployment's CUDA graph bound; the CPU engine has no graphs and
+    /// records the value only.
+    #[arg(long)]
+    pub cuda_graph_max_bs: Option<u32>,
     /// Requests waiting beyond the running ones before new ones get 429.
     #[arg(long, default_value_t = 4096)]
     pub max_queued_requests: u32,
@@ -149,6 +168,12 @@ pub struct ExperimentArgs {
     /// Override any field: --set speculative.num_steps=3 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// Shorthand for --backend http --set backend.http.url="URL" (the seed script's flag).
+    #[arg(long, value_name = "URL")]
+    pub server_url: Option<String>,
+    /// Also run the simulator on the same file and print its prediction beside each level.
+    #[arg(long)]
+    pub predict: bool,
     /// Write the JSON report here.
     #[arg(long)]
     pub json: Option<PathBuf>,

@@ -6,7 +6,7 @@ use kbench_core::harness::{run_levels, LoadPlan};
 use kbench_core::report::{build_report, Report, SweepReport};
 use kbench_core::spec::{load_experiment, Variant};
 
-use super::args::{ExperimentArgs, ValidateArgs};
+use super::args::{ExperimentArgs, SglangArgsArgs, ValidateArgs};
 use super::backends::make_backend;
 use super::error::{io_error, spec_error, CliError, CliResult};
 use super::exit;
@@ -30,7 +30,54 @@ pub fn run(args: ExperimentArgs) -> CliResult<()> {
         }
         out.flush().ok();
     }
+    if args.predict {
+        let mut sim = overrides.clone();
+        sim.push("backend.kind=\"sim\"".into());
+        let predicted = run_file(&args.file, &sim, true)?;
+        if !args.quiet {
+            for (m, p) in reports.iter().zip(&predicted) {
+                render::table::write_measured_vs_predicted(&mut out, m, p)
+                    .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
+            }
+        }
+    }
     write_outputs(&args, &reports)
+}
+
+/// `kbench sglang-args`: the launch line of each variant, as the http backend would start it.
+pub fn sglang_args(args: SglangArgsArgs) -> CliResult<()> {
+    let variants = load_experiment(&args.file, &args.set).map_err(|e| spec_error(&e))?;
+    let mut shown = 0;
+    for v in &variants {
+        if args.variant.is_some() && v.name != args.variant {
+            continue;
+        }
+        let exp = &v.experiment;
+        let line = kbench_http::launch::sglang_command(exp)
+            .map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
+        if let Some(name) = &v.name {
+            println!("# variant {name}");
+        }
+        println!("{line}");
+        shown += 1;
+    }
+    if shown == 0 {
+        let names: Vec<&str> = variants.iter().filter_map(|v| v.name.as_deref()).collect();
+        return Err(CliError::new(
+            exit::INVALID_INPUT,
+            format!(
+                "{}: no variant `{}` (variants: {})",
+                args.file.display(),
+                args.variant.as_deref().unwrap_or(""),
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Runs every variant of an experiment file with `--set`-style overrides: what
@@ -76,6 +123,19 @@ fn command_line_overrides(args: &ExperimentArgs) -> CliResult<Vec<String>> {
     let mut o = args.set.clone();
     if let Some(b) = &args.backend {
         o.push(format!("backend.kind=\"{b}\""));
+    }
+    if let Some(url) = &args.server_url {
+        if args.backend.as_deref().is_some_and(|b| b != "http") {
+            return Err(CliError::new(
+                exit::USAGE,
+                "--server-url drives the http backend; drop --backend or say --backend http",
+            ));
+        }
+        o.push("backend.kind=\"http\"".into());
+        o.push(format!(
+            "backend.http.url={}",
+            toml::Value::String(url.clone())
+        ));
     }
     if !args.concurrency.is_empty() {
         let list: Vec<String> = args.concurrency.iter().map(|c| c.to_string()).collect();

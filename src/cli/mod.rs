@@ -53,5 +53,6 @@ fn dispatch(cli: Cli) -> CliResult<()> {
         Command::Generate(a) => engine::generate(a),
         Command::Kernels(k) => engine::kernels_command(k),
         Command::Serve(a) => serve::run(a),
+        Command::SglangArgs(a) => experiment::sglang_args(a),
     }
 }

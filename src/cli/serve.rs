@@ -145,6 +145,14 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
     }
     let device =
         Device::parse(&a.device).map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
+    if let Some(tp) = a.tp_size {
+        if tp != 1 {
+            return Err(invalid(format!(
+                "--tp-size {tp}: kbench serve --model runs the engine on one device (--tp-size 1); \
+                 serve a modelled TP deployment with --sim"
+            )));
+        }
+    }
     let tok_path = model_dir.join("tokenizer.json");
     let codec = match kbench_engine::model::load_tokenizer(&tok_path) {
         Ok(t) => TextCodec::Tokenizer {
@@ -276,6 +284,8 @@ fn sim_config(
             a.speculative_num_draft_tokens,
         ),
         ("server.max_running_requests", a.max_running_requests),
+        ("server.tp_size", a.tp_size),
+        ("server.cuda_graph_max_bs", a.cuda_graph_max_bs),
     ] {
         if let Some(v) = v {
             overrides.push(format!("{key}={v}"));

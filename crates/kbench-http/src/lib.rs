@@ -9,6 +9,7 @@
 
 pub mod client;
 pub mod error;
+pub mod launch;
 pub mod request;
 pub mod server;
 pub mod settings;
@@ -51,12 +52,24 @@ pub struct HttpBackend {
     server: Option<server::ServerFacts>,
     model: Option<String>,
     expected: server::Expected,
+    /// The server this backend started, stopped when the backend is dropped.
+    launched: Option<launch::Launched>,
 }
 
 impl HttpBackend {
     pub fn new(exp: &Experiment) -> Result<HttpBackend, HttpError> {
         let settings = HttpSettings::of(exp)?;
-        let target = settings.target()?;
+        let mut target = settings.target()?;
+        let launched = match &settings.launch {
+            Some(l) => {
+                if target.port == 0 {
+                    target.port = launch::free_port(&target.host)?;
+                    target.url = format!("http://{}:{}{}", target.host, target.port, target.prefix);
+                }
+                Some(launch::Launched::start(exp, l, &target)?)
+            }
+            None => None,
+        };
         let client = Arc::new(Client::new(target, settings.api_key()?));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -74,6 +87,7 @@ impl HttpBackend {
             server: None,
             model: settings.model.clone(),
             expected: server::Expected::of(exp),
+            launched,
             settings,
         })
     }
@@ -93,8 +107,12 @@ impl Backend for HttpBackend {
             Some(f) => format!(", {}", f.describe()),
             None => String::new(),
         };
+        let launched = match &self.launched {
+            Some(l) => format!("; launched `{}` (log {})", l.line, l.log.display()),
+            None => String::new(),
+        };
         format!(
-            "http: {} at {}{server}; wall-clock times from this client",
+            "http: {} at {}{server}; wall-clock times from this client{launched}",
             self.settings.api.name(),
             self.client.target.url
         )
@@ -102,10 +120,38 @@ impl Backend for HttpBackend {
 
     fn start_level(&mut self, _concurrency: u32) -> Result<Box<dyn Session + '_>, BackendError> {
         let client = self.client.clone();
-        let ready = Duration::from_secs_f64(self.settings.ready_timeout_s);
-        self.runtime
-            .block_on(server::wait_healthy(&client, ready))
-            .map_err(Self::fail)?;
+        let ready = match (&self.launched, &self.server, &self.settings.launch) {
+            // the first wait covers the launched server's loading
+            (Some(_), None, Some(l)) => l.ready_timeout_s,
+            _ => self.settings.ready_timeout_s,
+        };
+        // in short waits, so a launched server that exits is seen at once
+        let deadline = Instant::now() + Duration::from_secs_f64(ready);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let step = left.min(Duration::from_secs(1));
+            let waited = self.runtime.block_on(server::wait_healthy(&client, step));
+            if let Some(l) = &mut self.launched {
+                if let Some(status) = l.exited() {
+                    return Err(Self::fail(HttpError::Settings(format!(
+                        "launch: the server exited ({status}) before answering /health; its log: {}",
+                        l.log.display()
+                    ))));
+                }
+            }
+            match waited {
+                Ok(()) => break,
+                Err(HttpError::NotReady { url, last, .. }) if Instant::now() >= deadline => {
+                    return Err(Self::fail(HttpError::NotReady {
+                        url,
+                        seconds: ready,
+                        last,
+                    }))
+                }
+                Err(HttpError::NotReady { .. }) => {}
+                Err(e) => return Err(Self::fail(e)),
+            }
+        }
         if self.server.is_none() {
             let facts = self
                 .runtime

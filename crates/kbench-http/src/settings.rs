@@ -64,6 +64,8 @@ pub struct HttpSettings {
     /// `/flush_cache` before each level where the server has it.
     #[serde(default = "default_true")]
     pub flush_cache: bool,
+    /// Start the server for each sweep variant (and stop it after).
+    pub launch: Option<crate::launch::LaunchSettings>,
 }
 
 /// Where the server is: host, port and a path prefix.

@@ -189,3 +189,60 @@ fn write_rows(out: &mut dyn Write, rows: &[Vec<String>]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// `--predict`: each level's measurement beside the simulator's prediction of it.
+pub fn write_measured_vs_predicted(
+    out: &mut dyn Write,
+    measured: &Report,
+    predicted: &Report,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "== measured ({}) vs predicted (sim)",
+        measured.backend.name
+    )?;
+    writeln!(out, "   predicted by: {}", predicted.backend.description)?;
+    let pct = |m: f64, p: f64| {
+        if p > 0.0 {
+            format!("{:+.1}%", (m - p) / p * 100.0)
+        } else {
+            "-".into()
+        }
+    };
+    let acc = |a: Option<f64>| a.map(|a| format!("{a:.2}")).unwrap_or_else(|| "-".into());
+    let mut rows: Vec<Vec<String>> = vec![[
+        "C",
+        "out tok/s",
+        "predicted",
+        "error",
+        "TPOT p50",
+        "predicted",
+        "error",
+        "accept",
+        "predicted",
+    ]
+    .iter()
+    .map(|h| h.to_string())
+    .collect()];
+    for m in &measured.levels {
+        let Some(p) = predicted
+            .levels
+            .iter()
+            .find(|p| p.concurrency == m.concurrency)
+        else {
+            continue;
+        };
+        rows.push(vec![
+            m.concurrency.to_string(),
+            format!("{:.1}", m.output_throughput),
+            format!("{:.1}", p.output_throughput),
+            pct(m.output_throughput, p.output_throughput),
+            ms(m.median_tpot_ms),
+            ms(p.median_tpot_ms),
+            pct(m.median_tpot_ms, p.median_tpot_ms),
+            acc(m.accept_length),
+            acc(p.accept_length),
+        ]);
+    }
+    write_rows(out, &rows)
+}

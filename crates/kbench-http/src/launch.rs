@@ -1,0 +1,286 @@
+//! Launching the server an experiment runs against: the exact SGLang command line and
+//! environment the file implies (`kbench sglang-args` prints it), a free port when the url
+//! says port 0, the log kept in a file, and the process stopped (SIGTERM, then SIGKILL after
+//! the grace period) when the backend goes away, on success, error or Ctrl-C alike.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use kbench_core::spec::Experiment;
+
+use crate::error::HttpError;
+use crate::settings::Target;
+
+fn default_command() -> Vec<String> {
+    ["python3", "-m", "sglang.launch_server"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn default_ready() -> f64 {
+    900.0
+}
+
+fn default_grace() -> f64 {
+    10.0
+}
+
+/// `[backend.http.launch]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchSettings {
+    /// The server's command before its flags; `{kbench}` stands for this kbench binary.
+    #[serde(default = "default_command")]
+    pub command: Vec<String>,
+    /// `--model-path` (default: the directory of `[model] config`, or the Hugging Face id of
+    /// a known `[model] preset`).
+    pub model_path: Option<String>,
+    /// `--speculative-draft-model-path` (default likewise, from `[draft]`).
+    pub draft_model_path: Option<String>,
+    /// Flags appended after the ones the file implies.
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// How long the server may take to answer /health (loading 1T parameters takes minutes).
+    #[serde(default = "default_ready")]
+    pub ready_timeout_s: f64,
+    /// Between SIGTERM and SIGKILL.
+    #[serde(default = "default_grace")]
+    pub grace_s: f64,
+    /// Where the server's output goes (default: a file in the temporary directory, named in
+    /// the report's backend line).
+    pub log: Option<String>,
+}
+
+/// The Hugging Face ids of the presets' checkpoints (what SGLang loads).
+fn hub_id(preset: &str) -> Option<&'static str> {
+    match preset {
+        "kimi-k2.5" => Some("moonshotai/Kimi-K2.5"),
+        "kimi-k2.5-eagle3" => Some("lightseekorg/kimi-k2.5-eagle3"),
+        _ => None,
+    }
+}
+
+/// The command line and environment that serve `exp` at `target`.
+pub fn command_line(
+    exp: &Experiment,
+    l: &LaunchSettings,
+    target: &Target,
+) -> Result<(Vec<String>, BTreeMap<String, String>), HttpError> {
+    let path_of = |explicit: &Option<String>,
+                   config: &Option<String>,
+                   preset: &Option<String>,
+                   what: &str| {
+        if let Some(p) = explicit {
+            return Ok(p.clone());
+        }
+        if let Some(c) = config {
+            let dir = exp.base_dir.join(
+                std::path::Path::new(c)
+                    .parent()
+                    .unwrap_or(std::path::Path::new(".")),
+            );
+            return Ok(dir.display().to_string());
+        }
+        preset
+            .as_deref()
+            .and_then(hub_id)
+            .map(str::to_string)
+            .ok_or_else(|| {
+                HttpError::Settings(format!(
+                    "launch: no {what} path: set [backend.http.launch] {what}_path"
+                ))
+            })
+    };
+    let f = &exp.file;
+    let mut argv: Vec<String> = l
+        .command
+        .iter()
+        .map(|c| {
+            if c == "{kbench}" {
+                std::env::current_exe()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| "kbench".into())
+            } else {
+                c.clone()
+            }
+        })
+        .collect();
+    if argv.is_empty() {
+        return Err(HttpError::Settings("launch: `command` is empty".into()));
+    }
+    let mut flag = |name: &str, value: String| {
+        argv.push(format!("--{name}"));
+        argv.push(value);
+    };
+    flag(
+        "model-path",
+        path_of(&l.model_path, &f.model.config, &f.model.preset, "model")?,
+    );
+    flag("host", target.host.clone());
+    flag("port", target.port.to_string());
+    flag("tp-size", exp.tp_size.to_string());
+    if exp.spec.is_speculative() {
+        let draft = f.draft.as_ref();
+        flag("speculative-algorithm", "EAGLE3".into());
+        flag(
+            "speculative-draft-model-path",
+            path_of(
+                &l.draft_model_path,
+                &draft.and_then(|d| d.config.clone()),
+                &draft.and_then(|d| d.preset.clone()),
+                "draft_model",
+            )?,
+        );
+        flag("speculative-num-steps", exp.spec.num_steps.to_string());
+        flag("speculative-eagle-topk", exp.spec.eagle_topk.to_string());
+        flag(
+            "speculative-num-draft-tokens",
+            exp.spec.num_draft_tokens.to_string(),
+        );
+    }
+    if let Some(n) = f.server.max_running_requests {
+        flag("max-running-requests", n.to_string());
+    }
+    if let Some(n) = f.server.cuda_graph_max_bs {
+        flag("cuda-graph-max-bs", n.to_string());
+    }
+    argv.extend(l.args.iter().cloned());
+    let mut env = l.env.clone();
+    if exp.spec.spec_v2 {
+        env.insert("SGLANG_ENABLE_SPEC_V2".into(), "True".into());
+    }
+    Ok((argv, env))
+}
+
+/// The command as a shell line (for `kbench sglang-args` and the log).
+pub fn shell_line(argv: &[String], env: &BTreeMap<String, String>) -> String {
+    let quote = |s: &str| {
+        if !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@+".contains(c))
+        {
+            s.to_string()
+        } else {
+            format!("'{}'", s.replace('\'', "'\\''"))
+        }
+    };
+    env.iter()
+        .map(|(k, v)| format!("{k}={}", quote(v)))
+        .chain(argv.iter().map(|a| quote(a)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A launched server; stopped when dropped.
+pub struct Launched {
+    child: Child,
+    pub log: PathBuf,
+    pub line: String,
+    grace: Duration,
+}
+
+impl Launched {
+    pub fn start(
+        exp: &Experiment,
+        l: &LaunchSettings,
+        target: &Target,
+    ) -> Result<Launched, HttpError> {
+        let (argv, env) = command_line(exp, l, target)?;
+        let line = shell_line(&argv, &env);
+        let log = match &l.log {
+            Some(p) => exp.base_dir.join(p),
+            None => std::env::temp_dir().join(format!(
+                "kbench-{}-{}-{}.server.log",
+                exp.file.name,
+                std::process::id(),
+                target.port
+            )),
+        };
+        let io = |e| {
+            HttpError::Settings(format!(
+                "launch: cannot write the server log {}: {e}",
+                log.display()
+            ))
+        };
+        let out = std::fs::File::create(&log).map_err(io)?;
+        let err = out.try_clone().map_err(io)?;
+        let child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .envs(&env)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| HttpError::Settings(format!("launch: cannot start `{}`: {e}", argv[0])))?;
+        Ok(Launched {
+            child,
+            log,
+            line,
+            grace: Duration::from_secs_f64(l.grace_s.max(0.0)),
+        })
+    }
+
+    /// Whether the server has exited already (its status if so).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+impl Drop for Launched {
+    fn drop(&mut self) {
+        if self.exited().is_some() {
+            return;
+        }
+        #[cfg(unix)]
+        {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + self.grace;
+            while Instant::now() < deadline {
+                if self.exited().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free loopback port for a server to be launched on.
+pub fn free_port(host: &str) -> Result<u16, HttpError> {
+    std::net::TcpListener::bind((host, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| HttpError::Settings(format!("launch: no free port on {host}: {e}")))
+}
+
+/// The launch line `kbench sglang-args` prints: `[backend.http.launch]` if the file has it,
+/// else SGLang's own launcher; the url's host and port, else SGLang's 127.0.0.1:30000.
+pub fn sglang_command(exp: &Experiment) -> Result<String, HttpError> {
+    let settings = crate::settings::HttpSettings::of(exp)?;
+    let target = match &settings.url {
+        Some(_) => settings.target()?,
+        None => Target::parse("http://127.0.0.1:30000")?,
+    };
+    let launch = settings.launch.clone().unwrap_or(LaunchSettings {
+        command: default_command(),
+        model_path: None,
+        draft_model_path: None,
+        args: Vec::new(),
+        env: BTreeMap::new(),
+        ready_timeout_s: default_ready(),
+        grace_s: default_grace(),
+        log: None,
+    });
+    let (argv, env) = command_line(exp, &launch, &target)?;
+    Ok(shell_line(&argv, &env))
+}
