@@ -235,17 +235,22 @@ impl<M: SpecModel> Batcher<M> {
         } else {
             return Ok(Vec::new());
         }
-        let mut i = 0;
-        while i < self.running.len() {
-            if commits
-                .iter()
-                .any(|c| c.id == self.running[i].seq.id && c.finish.is_some())
-            {
-                let r = self.running.remove(i);
-                self.free(r.slot);
-            } else {
-                i += 1;
+        // The commits belong to the last `commits.len()` running requests, in order (all of
+        // them after a round; after a prefill the admitted ones, appended last).
+        let finished: Vec<bool> = commits.iter().map(|c| c.finish.is_some()).collect();
+        let start = self.running.len() - finished.len();
+        let mut freed = Vec::new();
+        let mut at = 0;
+        self.running.retain(|r| {
+            let keep = at < start || !finished[at - start];
+            if !keep {
+                freed.push(r.slot);
             }
+            at += 1;
+            keep
+        });
+        for slot in freed {
+            self.free(slot);
         }
         Ok(commits)
     }

@@ -97,3 +97,14 @@ pub fn only<T: PartialEq + std::fmt::Debug>(
         _ => Ok(()),
     }
 }
+
+/// `top_k` as SGLang and vLLM take it: -1 or 0 mean no cut.
+pub fn top_k(value: Option<i64>) -> Result<u32, ApiError> {
+    match value {
+        None | Some(-1) | Some(0) => Ok(0),
+        Some(k) if k > 0 => Ok(k as u32),
+        Some(k) => Err(
+            ApiError::bad_request(format!("top_k {k} must be -1 or positive")).with_param("top_k"),
+        ),
+    }
+}

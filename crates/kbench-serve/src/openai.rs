@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::body::{only, read_json, OneOrMany, Prompt};
+use crate::body::{only, read_json, top_k, OneOrMany, Prompt};
 use crate::chat::{self, Message};
 use crate::error::ApiError;
 use crate::gen::{Delta, GenRequest, Generation};
@@ -95,16 +95,7 @@ impl Common {
             }
         }
         let _ = &self.user;
-        let top_k = match self.top_k {
-            None | Some(-1) | Some(0) => 0,
-            Some(k) if k > 0 => k as u32,
-            Some(k) => {
-                return Err(
-                    ApiError::bad_request(format!("top_k {k} must be -1 or positive"))
-                        .with_param("top_k"),
-                )
-            }
-        };
+        let top_k = top_k(self.top_k)?;
         Ok(GenRequest {
             prompt,
             max_new: self

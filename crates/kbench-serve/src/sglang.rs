@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::body::{only, read_json, OneOrMany, Prompt};
+use crate::body::{only, read_json, top_k, OneOrMany, Prompt};
 use crate::error::ApiError;
 use crate::gen::{Delta, GenRequest, Generation};
 use crate::state::AppState;
@@ -82,16 +82,7 @@ impl SamplingParams {
         only("skip_special_tokens", self.skip_special_tokens, true)?;
         only("no_stop_trim", self.no_stop_trim, false)?;
         only("stream_interval", self.stream_interval, 1)?;
-        let top_k = match self.top_k {
-            None | Some(-1) | Some(0) => 0,
-            Some(k) if k > 0 => k as u32,
-            Some(k) => {
-                return Err(
-                    ApiError::bad_request(format!("top_k {k} must be -1 or positive"))
-                        .with_param("top_k"),
-                )
-            }
-        };
+        let top_k = top_k(self.top_k)?;
         Ok(GenRequest {
             prompt,
             max_new: self.max_new_tokens.unwrap_or(default_max),

@@ -34,6 +34,20 @@ struct Inner {
     recent: VecDeque<(Instant, u64)>,
 }
 
+impl Inner {
+    fn accept_length(&self) -> f64 {
+        ratio(self.flushed_round_tokens, self.flushed_rounds)
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Stats {
     inner: Mutex<Inner>,
@@ -78,12 +92,10 @@ impl Stats {
     /// SGLang's `avg_spec_accept_length`: tokens per verify round since start or the last
     /// flush (bonus token included); 0 before any round.
     pub fn avg_spec_accept_length(&self) -> f64 {
-        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if g.flushed_rounds == 0 {
-            0.0
-        } else {
-            g.flushed_round_tokens as f64 / g.flushed_rounds as f64
-        }
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .accept_length()
     }
 
     pub fn flush(&self) {
@@ -113,118 +125,129 @@ impl Stats {
         let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let t = &g.totals;
         let m = escape(model);
+        // vLLM labels its counters with the engine too; SGLang only with the model
+        let vllm = format!("model_name=\"{m}\",engine=\"0\"");
+        let sglang = format!("model_name=\"{m}\"");
         let mut out = String::new();
-        let mut counter = |name: &str, help: &str, value: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} counter");
-            let _ = writeln!(out, "{name}{{model_name=\"{m}\",engine=\"0\"}} {value}");
-        };
-        counter(
-            "vllm:spec_decode_num_drafts_total",
-            "Number of spec decoding drafts (verify rounds).",
-            t.drafts,
-        );
-        counter(
-            "vllm:spec_decode_num_draft_tokens_total",
-            "Number of draft tokens.",
-            t.draft_tokens,
-        );
-        counter(
-            "vllm:spec_decode_num_accepted_tokens_total",
-            "Number of accepted tokens.",
-            t.accepted,
-        );
-        counter(
-            "vllm:prompt_tokens_total",
-            "Number of prefill tokens processed.",
-            t.prompt_tokens,
-        );
-        counter(
-            "vllm:generation_tokens_total",
-            "Number of generation tokens processed.",
-            t.generation_tokens,
-        );
-        counter(
-            "vllm:request_success_total",
-            "Count of successfully processed requests.",
-            t.requests,
-        );
-        let name = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
-        let _ = writeln!(out, "# HELP {name} Accepted tokens per draft position.");
-        let _ = writeln!(out, "# TYPE {name} counter");
-        for pos in 0..num_draft_positions.max(t.accepted_per_pos.len()) {
-            let v = t.accepted_per_pos.get(pos).copied().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "{name}{{model_name=\"{m}\",engine=\"0\",position=\"{pos}\"}} {v}"
+        for (name, help, value) in [
+            (
+                "vllm:spec_decode_num_drafts_total",
+                "Number of spec decoding drafts (verify rounds).",
+                t.drafts,
+            ),
+            (
+                "vllm:spec_decode_num_draft_tokens_total",
+                "Number of draft tokens.",
+                t.draft_tokens,
+            ),
+            (
+                "vllm:spec_decode_num_accepted_tokens_total",
+                "Number of accepted tokens.",
+                t.accepted,
+            ),
+            (
+                "vllm:prompt_tokens_total",
+                "Number of prefill tokens processed.",
+                t.prompt_tokens,
+            ),
+            (
+                "vllm:generation_tokens_total",
+                "Number of generation tokens processed.",
+                t.generation_tokens,
+            ),
+            (
+                "vllm:request_success_total",
+                "Count of successfully processed requests.",
+                t.requests,
+            ),
+        ] {
+            family(
+                &mut out,
+                name,
+                "counter",
+                help,
+                &[(vllm.clone(), value.to_string())],
             );
         }
-        let accept_length = if g.flushed_rounds == 0 {
-            0.0
-        } else {
-            g.flushed_round_tokens as f64 / g.flushed_rounds as f64
-        };
-        let accept_rate = if t.draft_tokens == 0 {
-            0.0
-        } else {
-            t.accepted as f64 / t.draft_tokens as f64
-        };
-        let mut gauge = |name: &str, help: &str, value: String| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} gauge");
-            let _ = writeln!(out, "{name}{{model_name=\"{m}\"}} {value}");
-        };
-        gauge(
-            "sglang:num_running_reqs",
-            "The number of running requests.",
-            running.to_string(),
+        let positions = num_draft_positions.max(t.accepted_per_pos.len());
+        let per_pos: Vec<(String, String)> = (0..positions)
+            .map(|pos| {
+                let v = t.accepted_per_pos.get(pos).copied().unwrap_or(0);
+                (format!("{vllm},position=\"{pos}\""), v.to_string())
+            })
+            .collect();
+        family(
+            &mut out,
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+            "counter",
+            "Accepted tokens per draft position.",
+            &per_pos,
         );
-        gauge(
-            "sglang:num_queue_reqs",
-            "The number of requests in the waiting queue.",
-            waiting.to_string(),
-        );
-        gauge(
-            "sglang:gen_throughput",
-            "The generation throughput (token/s).",
-            fmt_f64(Self::gen_throughput(&g)),
-        );
-        gauge(
-            "sglang:spec_accept_length",
-            "The average acceptance length of speculative decoding.",
-            fmt_f64(accept_length),
-        );
-        gauge(
-            "sglang:spec_accept_rate",
-            "The average acceptance rate of speculative decoding.",
-            fmt_f64(accept_rate),
-        );
-        let mut c2 = |name: &str, help: &str, value: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} counter");
-            let _ = writeln!(out, "{name}{{model_name=\"{m}\"}} {value}");
-        };
-        c2(
-            "sglang:prompt_tokens_total",
-            "Number of prefill tokens processed.",
-            t.prompt_tokens,
-        );
-        c2(
-            "sglang:generation_tokens_total",
-            "Number of generation tokens processed.",
-            t.generation_tokens,
-        );
-        c2(
-            "sglang:num_requests_total",
-            "Number of requests processed.",
-            t.requests,
-        );
+        for (name, help, value) in [
+            (
+                "sglang:num_running_reqs",
+                "The number of running requests.",
+                running.to_string(),
+            ),
+            (
+                "sglang:num_queue_reqs",
+                "The number of requests in the waiting queue.",
+                waiting.to_string(),
+            ),
+            (
+                "sglang:gen_throughput",
+                "The generation throughput (token/s).",
+                Self::gen_throughput(&g).to_string(),
+            ),
+            (
+                "sglang:spec_accept_length",
+                "The average acceptance length of speculative decoding.",
+                g.accept_length().to_string(),
+            ),
+            (
+                "sglang:spec_accept_rate",
+                "The average acceptance rate of speculative decoding.",
+                ratio(t.accepted, t.draft_tokens).to_string(),
+            ),
+        ] {
+            family(&mut out, name, "gauge", help, &[(sglang.clone(), value)]);
+        }
+        for (name, help, value) in [
+            (
+                "sglang:prompt_tokens_total",
+                "Number of prefill tokens processed.",
+                t.prompt_tokens,
+            ),
+            (
+                "sglang:generation_tokens_total",
+                "Number of generation tokens processed.",
+                t.generation_tokens,
+            ),
+            (
+                "sglang:num_requests_total",
+                "Number of requests processed.",
+                t.requests,
+            ),
+        ] {
+            family(
+                &mut out,
+                name,
+                "counter",
+                help,
+                &[(sglang.clone(), value.to_string())],
+            );
+        }
         out
     }
 }
 
-fn fmt_f64(x: f64) -> String {
-    format!("{x}")
+/// One metric family: its HELP and TYPE lines, then one sample per label set.
+fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, String)]) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
+    }
 }
 
 fn escape(s: &str) -> String {
