@@ -63,17 +63,7 @@ fn run(backend: &mut dyn kbench_core::backend::Backend, exp: &Experiment) -> Vec
 
 #[test]
 fn http_gives_the_engines_tokens_rounds_and_accept_length() {
-    let m = tiny_model().display().to_string();
-    let server = ServerProc::start(&[
-        "--model",
-        &m,
-        "--speculative-num-steps",
-        "3",
-        "--speculative-eagle-topk",
-        "1",
-        "--speculative-num-draft-tokens",
-        "4",
-    ]);
+    let server = spec_server(3, 1, 4, &[]);
     let dir = tempfile::tempdir().unwrap();
     let path = tiny_experiment(dir.path(), CHAIN);
     let exp = load(&path, &[url(&server.addr)]);
@@ -214,17 +204,7 @@ fn failed_requests_are_counted_and_the_level_goes_on() {
 
 #[test]
 fn a_server_that_runs_other_settings_or_is_not_there_stops_the_run_clearly() {
-    let m = tiny_model().display().to_string();
-    let server = ServerProc::start(&[
-        "--model",
-        &m,
-        "--speculative-num-steps",
-        "2",
-        "--speculative-eagle-topk",
-        "1",
-        "--speculative-num-draft-tokens",
-        "3",
-    ]);
+    let server = spec_server(2, 1, 3, &[]);
     let dir = tempfile::tempdir().unwrap();
     let path = tiny_experiment(dir.path(), CHAIN);
     let exp = load(&path, &[url(&server.addr)]);

@@ -11,27 +11,6 @@ use serve_support::*;
 
 const PROMPT: &str = "bo bu da de di";
 
-fn spec_server(extra: &[&str]) -> ServerProc {
-    let m = tiny_model().to_str().unwrap().to_string();
-    let draft = format!("{m}/draft");
-    let mut args = vec![
-        "--model",
-        &m,
-        "--draft",
-        &draft,
-        "--speculative-algorithm",
-        "EAGLE3",
-        "--speculative-num-steps",
-        "3",
-        "--speculative-eagle-topk",
-        "1",
-        "--speculative-num-draft-tokens",
-        "4",
-    ];
-    args.extend_from_slice(extra);
-    ServerProc::start(&args)
-}
-
 /// `kbench generate --json` on the same model, prompt and speculative settings.
 fn generate(max_tokens: u32) -> Value {
     let m = tiny_model().to_str().unwrap().to_string();
@@ -66,7 +45,7 @@ fn ids(v: &Value) -> Vec<u64> {
 
 #[test]
 fn greedy_tokens_and_rounds_match_kbench_generate() {
-    let server = spec_server(&[]);
+    let server = spec_server(3, 1, 4, &[]);
     let reference = generate(40);
     let want_tokens = ids(&reference["tokens"]);
     let want_rounds = ids(&reference["round_commits"]);
@@ -173,7 +152,7 @@ fn greedy_tokens_and_rounds_match_kbench_generate() {
 
 #[test]
 fn server_counters_add_up_to_the_requests() {
-    let server = spec_server(&["--max-running-requests", "4"]);
+    let server = spec_server(3, 1, 4, &["--max-running-requests", "4"]);
     // several requests at once, batched together
     let handles: Vec<_> = (0..6)
         .map(|i| {
@@ -189,15 +168,8 @@ fn server_counters_add_up_to_the_requests() {
     let (mut rounds, mut completion, mut prompt_tokens, mut correct, mut proposed) =
         (0, 0, 0, 0, 0);
     for h in handles {
-        let r = h.join().unwrap();
-        assert_eq!(r.status, 200);
-        let chunks = r.event_json();
-        let meta = &chunks.last().unwrap()["meta_info"];
         // every round is its own chunk, also when batched with others
-        assert_eq!(
-            meta["spec_verify_ct"].as_u64().unwrap(),
-            chunks.len() as u64 - 1
-        );
+        let meta = &finished_meta(&h.join().unwrap());
         rounds += meta["spec_verify_ct"].as_u64().unwrap();
         completion += meta["completion_tokens"].as_u64().unwrap();
         prompt_tokens += meta["prompt_tokens"].as_u64().unwrap();
@@ -255,7 +227,7 @@ fn server_counters_add_up_to_the_requests() {
 
 #[test]
 fn stops_end_requests_where_sglang_would() {
-    let server = spec_server(&[]);
+    let server = spec_server(3, 1, 4, &[]);
     let reference = generate(30);
     let tokens = ids(&reference["tokens"]);
     // a stop token id: the output ends with it
@@ -344,7 +316,7 @@ fn stops_end_requests_where_sglang_would() {
 
 #[test]
 fn info_endpoints_answer_as_sglang_and_openai_do() {
-    let server = spec_server(&["--served-model-name", "tiny-kimi"]);
+    let server = spec_server(3, 1, 4, &["--served-model-name", "tiny-kimi"]);
     assert_eq!(get(&server.addr, "/health").status, 200);
     assert_eq!(get(&server.addr, "/health_generate").status, 200);
     let models = get(&server.addr, "/v1/models").json();
@@ -365,7 +337,7 @@ fn info_endpoints_answer_as_sglang_and_openai_do() {
 
 #[test]
 fn sigterm_drains_running_requests_then_exits() {
-    let mut server = spec_server(&["--drain-timeout-secs", "20"]);
+    let mut server = spec_server(3, 1, 4, &["--drain-timeout-secs", "20"]);
     let addr = server.addr.clone();
     let client = std::thread::spawn(move || {
         let body = json!({"text": PROMPT, "stream": true,

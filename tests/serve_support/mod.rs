@@ -279,3 +279,45 @@ pub fn tiny_model() -> &'static std::path::Path {
     })
     .path()
 }
+
+/// `kbench serve` on the tiny model with an EAGLE-3 round of (steps, topk, draft tokens),
+/// plus `extra` flags.
+pub fn spec_server(steps: u32, topk: u32, draft_tokens: u32, extra: &[&str]) -> ServerProc {
+    let m = tiny_model().display().to_string();
+    let draft = format!("{m}/draft");
+    let (s, k, d) = (
+        steps.to_string(),
+        topk.to_string(),
+        draft_tokens.to_string(),
+    );
+    let mut args = vec![
+        "--model",
+        &m,
+        "--draft",
+        &draft,
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-num-steps",
+        &s,
+        "--speculative-eagle-topk",
+        &k,
+        "--speculative-num-draft-tokens",
+        &d,
+    ];
+    args.extend_from_slice(extra);
+    ServerProc::start(&args)
+}
+
+/// A finished `/generate` stream's last `meta_info`, after checking that every verify round
+/// came as its own chunk (the first chunk is prefill's).
+pub fn finished_meta(r: &Resp) -> serde_json::Value {
+    assert_eq!(r.status, 200, "{}", r.text());
+    let chunks = r.event_json();
+    let meta = chunks.last().expect("a chunk")["meta_info"].clone();
+    assert_eq!(
+        meta["spec_verify_ct"].as_u64().unwrap(),
+        chunks.len() as u64 - 1,
+        "rounds were coalesced"
+    );
+    meta
+}

@@ -57,6 +57,21 @@ pub struct LaunchSettings {
     pub log: Option<String>,
 }
 
+impl Default for LaunchSettings {
+    fn default() -> LaunchSettings {
+        LaunchSettings {
+            command: default_command(),
+            model_path: None,
+            draft_model_path: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            ready_timeout_s: default_ready(),
+            grace_s: default_grace(),
+            log: None,
+        }
+    }
+}
+
 /// The Hugging Face ids of the presets' checkpoints (what SGLang loads).
 fn hub_id(preset: &str) -> Option<&'static str> {
     match preset {
@@ -271,16 +286,7 @@ pub fn sglang_command(exp: &Experiment) -> Result<String, HttpError> {
         Some(_) => settings.target()?,
         None => Target::parse("http://127.0.0.1:30000")?,
     };
-    let launch = settings.launch.clone().unwrap_or(LaunchSettings {
-        command: default_command(),
-        model_path: None,
-        draft_model_path: None,
-        args: Vec::new(),
-        env: BTreeMap::new(),
-        ready_timeout_s: default_ready(),
-        grace_s: default_grace(),
-        log: None,
-    });
+    let launch = settings.launch.clone().unwrap_or_default();
     let (argv, env) = command_line(exp, &launch, &target)?;
     Ok(shell_line(&argv, &env))
 }
