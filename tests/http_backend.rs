@@ -392,3 +392,143 @@ fn sglang_args_prints_what_the_file_implies() {
     );
     assert!(!out.contains("SGLANG_ENABLE_SPEC_V2"), "{out}");
 }
+
+/// Kills the server once the second level has finished its first two requests.
+struct KillMidLevel {
+    server: Option<ServerProc>,
+    second: u32,
+}
+
+impl kbench_core::harness::Progress for KillMidLevel {
+    fn request_finished(&mut self, concurrency: u32, done: u32, _total: u32) {
+        if concurrency == self.second && done == 2 {
+            self.server.take();
+        }
+    }
+}
+
+#[test]
+fn a_server_killed_mid_level_stops_the_run_with_the_finished_levels_kept() {
+    let server = ServerProc::start(&["--model", tiny_model().to_str().unwrap()]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_experiment(dir.path(), "");
+    let exp = load(
+        &path,
+        &[url(&server.addr), "benchmark.requests_per_level=30".into()],
+    );
+    let mut http = kbench_http::open(&exp).unwrap();
+    let started = std::time::Instant::now();
+    let run = kbench_core::harness::run_levels_until_stopped(
+        http.as_mut(),
+        &LoadPlan::from_experiment(&exp),
+        &mut KillMidLevel {
+            server: Some(server),
+            second: 3,
+        },
+    );
+    assert_eq!(run.levels.len(), 1, "the first level finished");
+    assert_eq!(run.levels[0].metrics.failed, 0);
+    let err = run.stopped.expect("the run stopped");
+    let msg = std::error::Error::source(&err).unwrap().to_string();
+    assert!(msg.contains("stopped answering mid-level"), "{msg}");
+    assert!(msg.contains("/health: cannot connect"), "{msg}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+/// Finished requests, from the server's own counter.
+fn served(addr: &str) -> u64 {
+    get(addr, "/metrics")
+        .text()
+        .lines()
+        .find(|l| l.starts_with("vllm:request_success_total"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0) as u64
+}
+
+/// `kbench experiment --server-url` against a simulated server in real time (speed 1):
+/// level C=1 is two requests of 200 tokens (about 5 s), level C=2 two more at once (about
+/// 2.5 s); whatever stops it once the first two are served leaves a report of C=1 alone,
+/// marked partial.
+fn run_cli_and_stop_it(
+    stop: impl FnOnce(&mut std::process::Child, ServerProc) -> Option<ServerProc>,
+) -> (i32, String, serde_json::Value) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exp_file = root.join("experiments/topk1_v2.toml");
+    let server = ServerProc::start(&["--sim", exp_file.to_str().unwrap(), "--speed", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+        .args(["experiment", exp_file.to_str().unwrap(), "-q"])
+        .args(["--server-url", &format!("http://{}", server.addr)])
+        .args(["--concurrency", "1", "--concurrency", "2"])
+        .args(["--set", "benchmark.requests_per_level=2"])
+        .args(["--set", "benchmark.warmup_requests=0"])
+        .args(["--set", "workload.max_tokens=200"])
+        .args(["--set", "backend.http.flush_cache=false"])
+        .arg("--json")
+        .arg(&json)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while served(&server.addr) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "level C=1 never finished"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // a server the stop keeps answers until the client has exited
+    let _kept = stop(&mut child, server);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("kbench experiment did not stop");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("no report ({e}); stderr: {stderr}"));
+    (status.code().unwrap_or(-1), stderr, report)
+}
+
+#[test]
+fn a_dead_server_or_ctrl_c_leaves_a_partial_report_of_the_finished_levels() {
+    // the server dies: one clear error, exit code 4
+    let (code, stderr, report) = run_cli_and_stop_it(|_, server| {
+        drop(server);
+        None
+    });
+    assert_eq!(code, 4, "{stderr}");
+    assert!(stderr.contains("stopped answering mid-level"), "{stderr}");
+    assert!(stderr.contains("marked partial"), "{stderr}");
+    let levels: Vec<u64> = report["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["concurrency"].as_u64().unwrap())
+        .collect();
+    assert_eq!(levels, [1]);
+    assert!(report["partial"]
+        .as_str()
+        .unwrap()
+        .contains("stopped answering"));
+    // Ctrl-C: exit code 130, the same partial report
+    let (code, stderr, report) = run_cli_and_stop_it(|child, server| {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status();
+        Some(server)
+    });
+    assert_eq!(code, 130, "{stderr}");
+    assert_eq!(report["levels"].as_array().unwrap().len(), 1);
+    assert_eq!(report["partial"], "interrupted by Ctrl-C");
+}

@@ -13,3 +13,5 @@ pub const BACKEND: i32 = 4;
 pub const OUTPUT: i32 = 5;
 /// A check the command runs (kernel compilation, calibration quality) did not pass.
 pub const CHECK_FAILED: i32 = 6;
+/// Ctrl-C stopped the run (128 + SIGINT, as shells report it); finished levels were written.
+pub const INTERRUPTED: i32 = 130;

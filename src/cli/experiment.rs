@@ -2,7 +2,8 @@
 
 use std::io::Write;
 
-use kbench_core::harness::{run_levels, LoadPlan};
+use kbench_core::backend::BackendError;
+use kbench_core::harness::{run_levels_until_stopped, LoadPlan};
 use kbench_core::report::{build_report, Report, SweepReport};
 use kbench_core::spec::{load_experiment, Variant};
 
@@ -16,7 +17,19 @@ use super::render;
 
 pub fn run(args: ExperimentArgs) -> CliResult<()> {
     let overrides = command_line_overrides(&args)?;
-    let reports = run_file(&args.file, &overrides, args.quiet)?;
+    super::interrupt::install();
+    let FileRun {
+        mut reports,
+        stopped,
+    } = run_file_until_stopped(&args.file, &overrides, args.quiet)?;
+    if args.predict && !reports.is_empty() {
+        let mut sim = overrides.clone();
+        sim.push("backend.kind=\"sim\"".into());
+        let predicted = run_file(&args.file, &sim, true)?;
+        for (m, p) in reports.iter_mut().zip(&predicted) {
+            m.prediction = Some(kbench_core::compare::prediction(m, p));
+        }
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if !args.quiet {
@@ -28,20 +41,28 @@ pub fn run(args: ExperimentArgs) -> CliResult<()> {
             render::table::write_sweep_summary(&mut out, &reports)
                 .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
         }
+        for report in &reports {
+            render::table::write_measured_vs_predicted(&mut out, report)
+                .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
+        }
         out.flush().ok();
     }
-    if args.predict {
-        let mut sim = overrides.clone();
-        sim.push("backend.kind=\"sim\"".into());
-        let predicted = run_file(&args.file, &sim, true)?;
-        if !args.quiet {
-            for (m, p) in reports.iter().zip(&predicted) {
-                render::table::write_measured_vs_predicted(&mut out, m, p)
-                    .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
-            }
-        }
+    if !reports.is_empty() {
+        write_outputs(&args, &reports)?;
     }
-    write_outputs(&args, &reports)
+    match stopped {
+        Some(mut e) => {
+            let levels: usize = reports.iter().map(|r| r.levels.len()).sum();
+            if let (Some(path), true) = (&args.json, levels > 0) {
+                e.message.push_str(&format!(
+                    "\n  the {levels} level(s) that finished are in {}, marked partial",
+                    path.display()
+                ));
+            }
+            Err(e)
+        }
+        None => Ok(()),
+    }
 }
 
 /// `kbench sglang-args`: the launch line of each variant, as the http backend would start it.
@@ -87,12 +108,44 @@ pub fn run_file(
     overrides: &[String],
     quiet: bool,
 ) -> CliResult<Vec<Report>> {
-    super::engine::prepare_models(path, overrides)?;
-    let variants = load_experiment(path, overrides).map_err(|e| spec_error(&e))?;
-    variants.iter().map(|v| run_variant(v, quiet)).collect()
+    let run = run_file_until_stopped(path, overrides, quiet)?;
+    match run.stopped {
+        Some(e) => Err(e),
+        None => Ok(run.reports),
+    }
 }
 
-fn run_variant(variant: &Variant, quiet: bool) -> CliResult<Report> {
+/// The reports of the variants that ran (the last one marked partial when the run stopped
+/// inside it), and why the run stopped early, if it did.
+pub struct FileRun {
+    pub reports: Vec<Report>,
+    pub stopped: Option<CliError>,
+}
+
+pub fn run_file_until_stopped(
+    path: &std::path::Path,
+    overrides: &[String],
+    quiet: bool,
+) -> CliResult<FileRun> {
+    super::engine::prepare_models(path, overrides)?;
+    let variants = load_experiment(path, overrides).map_err(|e| spec_error(&e))?;
+    let mut reports = Vec::with_capacity(variants.len());
+    for v in &variants {
+        let (report, stopped) = run_variant(v, quiet)?;
+        reports.extend(report);
+        if stopped.is_some() {
+            return Ok(FileRun { reports, stopped });
+        }
+    }
+    Ok(FileRun {
+        reports,
+        stopped: None,
+    })
+}
+
+/// A variant's report, or none when it stopped before its first level finished; and why
+/// it stopped.
+fn run_variant(variant: &Variant, quiet: bool) -> CliResult<(Option<Report>, Option<CliError>)> {
     let exp = &variant.experiment;
     let mut backend = make_backend(exp)?;
     let plan = LoadPlan::from_experiment(exp);
@@ -101,21 +154,28 @@ fn run_variant(variant: &Variant, quiet: bool) -> CliResult<Report> {
         None => exp.file.name.clone(),
     };
     let mut progress = LevelProgress::new(label, quiet);
-    let levels = run_levels(backend.as_mut(), &plan, &mut progress)
-        .map_err(|e| CliError::from_chain(exit::BACKEND, &e))?;
+    let run = run_levels_until_stopped(backend.as_mut(), &plan, &mut progress);
     progress.finish();
+    let stopped = run.stopped.map(|e| {
+        let code = match e {
+            BackendError::Interrupted => exit::INTERRUPTED,
+            _ => exit::BACKEND,
+        };
+        CliError::from_chain(code, &e)
+    });
+    if run.levels.is_empty() {
+        return Ok((None, stopped));
+    }
     let summary = kbench_core::report::BackendSummary {
         name: backend.name().to_string(),
         description: backend.describe(),
     };
     let warnings = backend.warnings();
-    Ok(build_report(
-        exp,
-        variant.name.as_deref(),
-        summary,
-        &levels,
-        warnings,
-    ))
+    let mut report = build_report(exp, variant.name.as_deref(), summary, &run.levels, warnings);
+    report.partial = stopped
+        .as_ref()
+        .map(|e| e.message.replace("\n  caused by: ", ": "));
+    Ok((Some(report), stopped))
 }
 
 /// Command-line flags are `--set` overrides with friendlier names; they win over the file.

@@ -8,6 +8,7 @@ mod engine;
 pub mod error;
 pub mod exit;
 pub mod experiment;
+mod interrupt;
 mod output;
 mod progress;
 pub mod render;

@@ -80,6 +80,9 @@ pub enum BackendError {
         backend: &'static str,
         pending: usize,
     },
+    /// Ctrl-C (see [`crate::interrupt`]).
+    #[error("interrupted by Ctrl-C")]
+    Interrupted,
 }
 
 impl BackendError {

@@ -78,8 +78,58 @@ pub fn run_levels(
     plan: &LoadPlan,
     progress: &mut dyn Progress,
 ) -> Result<Vec<LevelResult>, BackendError> {
-    let mut out = Vec::with_capacity(plan.concurrency.len());
+    let run = run_levels_until_stopped(backend, plan, progress);
+    match run.stopped {
+        Some(e) => Err(e),
+        None => Ok(run.levels),
+    }
+}
+
+/// The levels that finished, and why the run stopped before the last one, if it did.
+#[derive(Debug)]
+pub struct Run {
+    pub levels: Vec<LevelResult>,
+    pub stopped: Option<BackendError>,
+}
+
+/// [`run_levels`] that keeps the finished levels when a later one fails or Ctrl-C stops it
+/// (see [`crate::interrupt`]), so they can still be reported, marked partial.
+pub fn run_levels_until_stopped(
+    backend: &mut dyn Backend,
+    plan: &LoadPlan,
+    progress: &mut dyn Progress,
+) -> Run {
+    let mut levels = Vec::with_capacity(plan.concurrency.len());
     for &c in &plan.concurrency {
+        if crate::interrupt::requested() {
+            return Run {
+                levels,
+                stopped: Some(BackendError::Interrupted),
+            };
+        }
+        match run_level(backend, plan, c, progress) {
+            Ok(level) => levels.push(level),
+            Err(e) => {
+                return Run {
+                    levels,
+                    stopped: Some(e),
+                }
+            }
+        }
+    }
+    Run {
+        levels,
+        stopped: None,
+    }
+}
+
+fn run_level(
+    backend: &mut dyn Backend,
+    plan: &LoadPlan,
+    c: u32,
+    progress: &mut dyn Progress,
+) -> Result<LevelResult, BackendError> {
+    {
         let total = plan.warmup_requests + plan.requests_per_level;
         progress.level_started(c, total);
         let backend_name = backend.name();
@@ -105,6 +155,9 @@ pub fn run_levels(
                         pending: in_flight as usize,
                     });
                 }
+                if crate::interrupt::requested() {
+                    return Err(BackendError::Interrupted);
+                }
                 for record in finished {
                     in_flight -= 1;
                     done += 1;
@@ -121,11 +174,10 @@ pub fn run_levels(
         drop(session);
         progress.level_finished(c);
         let metrics = level_metrics(c, &records);
-        out.push(LevelResult {
+        Ok(LevelResult {
             concurrency: c,
             records,
             metrics,
-        });
+        })
     }
-    Ok(out)
 }

@@ -10,18 +10,18 @@
 //! - accept_length: committed tokens / verify rounds over measured requests (SGLang's
 //!   "accept len", bonus token included); None without speculation.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::backend::RequestRecord;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LevelMetrics {
     pub concurrency: u32,
     pub completed: u32,
     /// Measured requests that failed (bench_serving's `failed`), and their distinct reasons.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub failed: u32,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
     pub duration_s: f64,
     pub total_input_tokens: u64,

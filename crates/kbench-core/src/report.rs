@@ -2,7 +2,7 @@
 //! follow `vllm bench serve` / `sglang.bench_serving` (docs/report.md). Field order is the
 //! declaration order, so the JSON is byte-stable.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::harness::LevelResult;
 use crate::metrics::LevelMetrics;
@@ -10,7 +10,7 @@ use crate::spec::{Algorithm, Experiment, HardwareRef, ReferencePoint};
 
 pub const REPORT_FORMAT_VERSION: u32 = 1;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub format_version: u32,
     pub experiment: ExperimentSummary,
@@ -21,9 +21,16 @@ pub struct Report {
     pub reference: Option<ReferenceComparison>,
     /// Things the reader must know: extrapolated op-table lookups, unsupported settings.
     pub warnings: Vec<String>,
+    /// Why the run stopped before its last level (a server that died, Ctrl-C): the levels
+    /// here are the ones that finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial: Option<String>,
+    /// `--predict`: the simulator's prediction of each level, with its error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<crate::compare::Prediction>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExperimentSummary {
     pub name: String,
     pub variant: Option<String>,
@@ -45,7 +52,7 @@ pub struct ExperimentSummary {
     pub notes: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SpeculativeSummary {
     pub algorithm: String,
     pub num_steps: u32,
@@ -57,20 +64,20 @@ pub struct SpeculativeSummary {
     pub unsupported: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BackendSummary {
     pub name: String,
     pub description: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReferenceComparison {
     pub source: String,
     pub note: Option<String>,
     pub points: Vec<ReferenceResult>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReferenceResult {
     pub label: String,
     pub metric: String,
@@ -199,6 +206,8 @@ pub fn build_report(
         saturation_concurrency,
         reference,
         warnings,
+        partial: None,
+        prediction: None,
     }
 }
 
@@ -256,7 +265,7 @@ pub const REFERENCE_METRICS: &[&str] = &[
 ];
 
 /// A sweep file's report: one report per variant.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SweepReport {
     pub format_version: u32,
     pub experiment: String,

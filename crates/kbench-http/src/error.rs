@@ -19,6 +19,14 @@ pub enum HttpError {
         url: String,
         message: String,
     },
+    #[error("the server at {url} stopped answering mid-level: {failure}; /health: {health}")]
+    Gone {
+        url: String,
+        failure: String,
+        health: String,
+    },
+    #[error("the launched server exited ({status}); its log: {log}")]
+    Exited { status: String, log: String },
     #[error("starting the HTTP client runtime")]
     Runtime(#[source] std::io::Error),
 }

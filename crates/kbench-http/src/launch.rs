@@ -194,7 +194,9 @@ pub fn shell_line(argv: &[String], env: &BTreeMap<String, String>) -> String {
 
 /// A launched server; stopped when dropped.
 pub struct Launched {
-    child: Child,
+    /// Behind a lock so a running level (which borrows the backend) can ask whether the
+    /// server exited.
+    child: std::sync::Mutex<Child>,
     pub log: PathBuf,
     pub line: String,
     grace: Duration,
@@ -234,7 +236,7 @@ impl Launched {
             .spawn()
             .map_err(|e| HttpError::Settings(format!("launch: cannot start `{}`: {e}", argv[0])))?;
         Ok(Launched {
-            child,
+            child: std::sync::Mutex::new(child),
             log,
             line,
             grace: Duration::from_secs_f64(l.grace_s.max(0.0)),
@@ -242,8 +244,12 @@ impl Launched {
     }
 
     /// Whether the server has exited already (its status if so).
-    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        self.child().try_wait().ok().flatten()
+    }
+
+    fn child(&self) -> std::sync::MutexGuard<'_, Child> {
+        self.child.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -255,7 +261,7 @@ impl Drop for Launched {
         #[cfg(unix)]
         {
             let _ = Command::new("kill")
-                .args(["-TERM", &self.child.id().to_string()])
+                .args(["-TERM", &self.child().id().to_string()])
                 .status();
             let deadline = Instant::now() + self.grace;
             while Instant::now() < deadline {
@@ -265,8 +271,9 @@ impl Drop for Launched {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let mut child = self.child();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 

@@ -93,9 +93,29 @@ impl HttpBackend {
     }
 
     fn fail(e: HttpError) -> BackendError {
-        BackendError::failed(NAME, "server", e)
+        BackendError::failed(NAME, "the run stopped", e)
+    }
+
+    /// A launched server that exited stops the run, whatever the level was doing.
+    fn check_launched(&self) -> Result<(), HttpError> {
+        match &self.launched {
+            Some(l) => match l.exited() {
+                Some(status) => Err(HttpError::Exited {
+                    status: status.to_string(),
+                    log: l.log.display().to_string(),
+                }),
+                None => Ok(()),
+            },
+            None => Ok(()),
+        }
     }
 }
+
+/// How long a server that failed a request in transport has to answer `/health` before the
+/// run stops: long enough for a busy server, short next to a level.
+const GONE_WAIT: Duration = Duration::from_secs(5);
+/// How often a waiting session looks at Ctrl-C and at a launched server.
+const POLL: Duration = Duration::from_millis(100);
 
 impl Backend for HttpBackend {
     fn name(&self) -> &'static str {
@@ -131,14 +151,7 @@ impl Backend for HttpBackend {
             let left = deadline.saturating_duration_since(Instant::now());
             let step = left.min(Duration::from_secs(1));
             let waited = self.runtime.block_on(server::wait_healthy(&client, step));
-            if let Some(l) = &mut self.launched {
-                if let Some(status) = l.exited() {
-                    return Err(Self::fail(HttpError::Settings(format!(
-                        "launch: the server exited ({status}) before answering /health; its log: {}",
-                        l.log.display()
-                    ))));
-                }
-            }
+            self.check_launched().map_err(Self::fail)?;
             match waited {
                 Ok(()) => break,
                 Err(HttpError::NotReady { url, last, .. }) if Instant::now() >= deadline => {
@@ -199,6 +212,73 @@ impl HttpSession<'_> {
         self.start.elapsed().as_nanos() as Nanos
     }
 
+    /// After a request failed in transport: a server that exited, or that does not answer
+    /// `/health` in [`GONE_WAIT`], stops the run with one error instead of failing every
+    /// request left.
+    fn check_alive(&self, failure: &str) -> Result<(), BackendError> {
+        self.b.check_launched().map_err(HttpBackend::fail)?;
+        let client = self.b.client.clone();
+        match self
+            .b
+            .runtime
+            .block_on(server::wait_healthy(&client, GONE_WAIT))
+        {
+            Ok(()) => Ok(()),
+            Err(HttpError::NotReady { last, .. }) => {
+                self.b.check_launched().map_err(HttpBackend::fail)?;
+                Err(HttpBackend::fail(HttpError::Gone {
+                    url: client.target.url.clone(),
+                    failure: failure.to_string(),
+                    health: last,
+                }))
+            }
+            Err(e) => Err(HttpBackend::fail(e)),
+        }
+    }
+
+    /// Waits for the next finished request, looking at Ctrl-C and at a launched server
+    /// every [`POLL`]; `until` bounds the wait (None: until a request finishes).
+    fn wait(&mut self, until: Option<Instant>) -> Result<Vec<Outcome>, BackendError> {
+        let mut got = Vec::new();
+        loop {
+            if kbench_core::interrupt::requested() {
+                return Err(BackendError::Interrupted);
+            }
+            self.b.check_launched().map_err(HttpBackend::fail)?;
+            let mut step = POLL;
+            if let Some(u) = until {
+                let left = u.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                step = step.min(left);
+            }
+            let rx = &mut self.rx;
+            let first = self
+                .b
+                .runtime
+                .block_on(async { tokio::time::timeout(step, rx.recv()).await });
+            match first {
+                Ok(Some(o)) => {
+                    got.push(o);
+                    if until.is_none() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {}
+            }
+        }
+        while let Ok(o) = self.rx.try_recv() {
+            got.push(o);
+        }
+        if let Some(o) = got.iter().find(|o| o.transport_failed) {
+            let failure = o.record.error.clone().unwrap_or_default();
+            self.check_alive(&failure)?;
+        }
+        Ok(got)
+    }
+
     fn take(&mut self, o: Outcome) -> RequestRecord {
         self.tasks.remove(&o.record.id);
         if let Some(c) = &self.chunks {
@@ -207,10 +287,8 @@ impl HttpSession<'_> {
         o.record
     }
 
-    fn drain(&mut self, mut out: Vec<RequestRecord>) -> Vec<RequestRecord> {
-        while let Ok(o) = self.rx.try_recv() {
-            out.push(self.take(o));
-        }
+    fn records(&mut self, got: Vec<Outcome>) -> Vec<RequestRecord> {
+        let mut out: Vec<RequestRecord> = got.into_iter().map(|o| self.take(o)).collect();
         out.sort_by_key(|r| (r.finished_ns(), r.id));
         out
     }
@@ -258,33 +336,14 @@ impl Session for HttpSession<'_> {
         if self.tasks.is_empty() {
             return Ok(Vec::new());
         }
-        let first = self.b.runtime.block_on(self.rx.recv());
-        let out = match first {
-            Some(o) => vec![self.take(o)],
-            None => Vec::new(),
-        };
-        Ok(self.drain(out))
+        let got = self.wait(None)?;
+        Ok(self.records(got))
     }
 
     fn advance_to(&mut self, deadline: Nanos) -> Result<Vec<RequestRecord>, BackendError> {
-        let wait = Duration::from_nanos(deadline.saturating_sub(self.now()));
-        let got = self.b.runtime.block_on(async {
-            let mut got = Vec::new();
-            let sleep = tokio::time::sleep(wait);
-            tokio::pin!(sleep);
-            loop {
-                tokio::select! {
-                    _ = &mut sleep => break,
-                    o = self.rx.recv() => match o {
-                        Some(o) => got.push(o),
-                        None => break,
-                    },
-                }
-            }
-            got
-        });
-        let out = got.into_iter().map(|o| self.take(o)).collect();
-        Ok(self.drain(out))
+        let until = self.start + Duration::from_nanos(deadline);
+        let got = self.wait(Some(until))?;
+        Ok(self.records(got))
     }
 
     fn record_chunks(&mut self) {

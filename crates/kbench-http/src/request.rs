@@ -24,6 +24,37 @@ pub struct Sent {
 pub struct Outcome {
     pub record: RequestRecord,
     pub chunks: Vec<ChunkEvent>,
+    /// The request failed in transport (no connection, a reset, no answer in time), which
+    /// may mean the server is gone: the session then asks `/health` before going on.
+    pub transport_failed: bool,
+}
+
+/// Why a request failed, and whether the connection itself failed.
+struct Failure {
+    message: String,
+    transport: bool,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure {
+            message,
+            transport: false,
+        }
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Failure {
+        Failure::from(message.to_string())
+    }
+}
+
+fn transport(message: String) -> Failure {
+    Failure {
+        message,
+        transport: true,
+    }
 }
 
 /// SGLang's names for the verify count and accept length, every release since 0.5.10 (the
@@ -86,12 +117,14 @@ pub async fn run(
     )
     .await;
     let verify = match result {
-        Err(_) => Err(format!("no complete answer within {limit:?}")),
+        Err(_) => Err(transport(format!("no complete answer within {limit:?}"))),
         Ok(r) => r,
     };
+    let mut transport_failed = false;
     match verify {
         Err(e) => {
-            record.error = Some(e);
+            record.error = Some(e.message);
+            transport_failed = e.transport;
         }
         Ok(verify_ct) if speculative => {
             let deltas: Vec<u32> = chunks.iter().map(|c| c.tokens).collect();
@@ -109,7 +142,11 @@ pub async fn run(
         }
         Ok(_) => {}
     }
-    Outcome { record, chunks }
+    Outcome {
+        record,
+        chunks,
+        transport_failed,
+    }
 }
 
 /// Reads the stream; returns the server's verify count when it reported one.
@@ -121,11 +158,12 @@ async fn stream(
     record: &mut RequestRecord,
     chunks: &mut Vec<ChunkEvent>,
     now: impl Fn() -> Nanos,
-) -> Result<Option<u32>, String> {
+) -> Result<Option<u32>, Failure> {
     let req = body(api, model, s);
     let mut resp = client
         .send("POST", path(api), Some(&req), Duration::from_secs(3600))
-        .await?;
+        .await
+        .map_err(transport)?;
     if resp.status != 200 {
         let status = resp.status;
         let body = resp.all(Duration::from_secs(30)).await.unwrap_or_default();
@@ -139,14 +177,14 @@ async fn stream(
                     .map(str::to_string)
             })
             .unwrap_or_else(|| text.chars().take(200).collect());
-        return Err(format!("HTTP {status}: {message}"));
+        return Err(format!("HTTP {status}: {message}").into());
     }
     let mut pending = String::new();
     let mut seen: u64 = 0;
     let mut verify_ct = None;
     let mut finished = false;
     let mut done = false;
-    while let Some(bytes) = resp.next().await? {
+    while let Some(bytes) = resp.next().await.map_err(transport)? {
         let at = now();
         pending.push_str(&String::from_utf8_lossy(&bytes));
         while let Some(i) = pending.find("\n\n") {
@@ -161,16 +199,17 @@ async fn stream(
                     continue;
                 }
                 let v: Value = serde_json::from_str(data).map_err(|e| {
-                    format!(
+                    Failure::from(format!(
                         "malformed server-sent event ({e}): {}",
                         data.chars().take(120).collect::<String>()
-                    )
+                    ))
                 })?;
                 if v.get("error").is_some() {
                     return Err(format!(
                         "error mid-stream: {}",
                         v["error"]["message"].as_str().unwrap_or("(no message)")
-                    ));
+                    )
+                    .into());
                 }
                 let (cumulative, last) = match api {
                     Api::Sglang => {
@@ -192,7 +231,7 @@ async fn stream(
                         let last = !v["choices"][0]["finish_reason"].is_null();
                         match v["usage"]["completion_tokens"].as_u64() {
                             Some(n) => (Some(n), last),
-                            None => return Err("the server sent a content chunk without `usage` (it needs stream_options.continuous_usage_stats)".into()),
+                            None => return Err(Failure::from("the server sent a content chunk without `usage` (it needs stream_options.continuous_usage_stats)")),
                         }
                     }
                 };
@@ -200,7 +239,7 @@ async fn stream(
                     return Err("a chunk without completion_tokens".into());
                 };
                 if n < seen {
-                    return Err(format!("completion_tokens went back from {seen} to {n}"));
+                    return Err(format!("completion_tokens went back from {seen} to {n}").into());
                 }
                 let delta = (n - seen) as u32;
                 seen = n;
@@ -224,9 +263,9 @@ async fn stream(
         }
     }
     if !finished {
-        return Err(format!(
+        return Err(transport(format!(
             "the stream ended after {seen} tokens without finishing"
-        ));
+        )));
     }
     if let Some(c) = chunks.last_mut() {
         c.finished = true;

@@ -128,6 +128,14 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
     for w in &r.warnings {
         writeln!(out, "   warning: {w}")?;
     }
+    if let Some(why) = &r.partial {
+        writeln!(
+            out,
+            "   PARTIAL: the run stopped after {} of {} level(s): {why}",
+            r.levels.len(),
+            e.concurrency.len()
+        )?;
+    }
     writeln!(out)
 }
 
@@ -190,26 +198,19 @@ fn write_rows(out: &mut dyn Write, rows: &[Vec<String>]) -> io::Result<()> {
     Ok(())
 }
 
-/// `--predict`: each level's measurement beside the simulator's prediction of it.
-pub fn write_measured_vs_predicted(
-    out: &mut dyn Write,
-    measured: &Report,
-    predicted: &Report,
-) -> std::io::Result<()> {
+/// `--predict`: each level's measurement beside the simulator's prediction of it, the error
+/// as (predicted - measured) / measured, as the reference comparison gives it.
+pub fn write_measured_vs_predicted(out: &mut dyn Write, measured: &Report) -> std::io::Result<()> {
+    let Some(p) = &measured.prediction else {
+        return Ok(());
+    };
     writeln!(
         out,
         "== measured ({}) vs predicted (sim)",
         measured.backend.name
     )?;
-    writeln!(out, "   predicted by: {}", predicted.backend.description)?;
-    let pct = |m: f64, p: f64| {
-        if p > 0.0 {
-            format!("{:+.1}%", (m - p) / p * 100.0)
-        } else {
-            "-".into()
-        }
-    };
-    let acc = |a: Option<f64>| a.map(|a| format!("{a:.2}")).unwrap_or_else(|| "-".into());
+    writeln!(out, "   predicted by: {}", p.predicted_by)?;
+    let err = |e: Option<f64>| e.map(|e| format!("{e:+.1}%")).unwrap_or_else(|| "-".into());
     let mut rows: Vec<Vec<String>> = vec![[
         "C",
         "out tok/s",
@@ -224,25 +225,28 @@ pub fn write_measured_vs_predicted(
     .iter()
     .map(|h| h.to_string())
     .collect()];
-    for m in &measured.levels {
-        let Some(p) = predicted
-            .levels
-            .iter()
-            .find(|p| p.concurrency == m.concurrency)
-        else {
+    for level in &p.levels {
+        let get = |name: &str| level.metrics.iter().find(|m| m.metric == name);
+        let (Some(out_tps), Some(tpot), Some(acc)) = (
+            get("output_throughput"),
+            get("median_tpot_ms"),
+            get("accept_length"),
+        ) else {
             continue;
         };
+        let num = |v: Option<f64>, f: fn(f64) -> String| v.map(f).unwrap_or_else(|| "-".into());
         rows.push(vec![
-            m.concurrency.to_string(),
-            format!("{:.1}", m.output_throughput),
-            format!("{:.1}", p.output_throughput),
-            pct(m.output_throughput, p.output_throughput),
-            ms(m.median_tpot_ms),
-            ms(p.median_tpot_ms),
-            pct(m.median_tpot_ms, p.median_tpot_ms),
-            acc(m.accept_length),
-            acc(p.accept_length),
+            level.concurrency.to_string(),
+            num(out_tps.measured, |v| format!("{v:.1}")),
+            num(out_tps.predicted, |v| format!("{v:.1}")),
+            err(out_tps.error_pct),
+            num(tpot.measured, ms),
+            num(tpot.predicted, ms),
+            err(tpot.error_pct),
+            num(acc.measured, |v| format!("{v:.2}")),
+            num(acc.predicted, |v| format!("{v:.2}")),
         ]);
     }
-    write_rows(out, &rows)
+    write_rows(out, &rows)?;
+    writeln!(out)
 }
