@@ -119,3 +119,75 @@ fn unwritable_output_fails_cleanly() {
     assert_eq!(code, 5, "{stderr}");
     assert!(stderr.contains("/nonexistent-dir/r.json"));
 }
+
+#[test]
+fn compare_sets_reports_side_by_side_and_plots_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = common::repo_root();
+    let file = root.join("experiments/topk1_v2.toml");
+    let file = file.to_str().unwrap();
+    for (name, v2) in [("v2.json", "true"), ("v1.json", "false")] {
+        let (code, _, stderr) = kbench(
+            dir.path(),
+            &[
+                "experiment",
+                file,
+                "-q",
+                "--concurrency",
+                "1",
+                "--concurrency",
+                "8",
+                "--set",
+                &format!("speculative.spec_v2={v2}"),
+                "--json",
+                name,
+            ],
+        );
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let (code, stdout, stderr) = kbench(
+        dir.path(),
+        &["compare", "v2.json", "v1.json", "--plot", "cmp.svg"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let read = |f: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.path().join(f)).unwrap()).unwrap()
+    };
+    let (a, b) = (read("v2.json"), read("v1.json"));
+    // the C=8 output-throughput row: both values and the difference from the first
+    let (ta, tb) = (
+        a["levels"][1]["output_throughput"].as_f64().unwrap(),
+        b["levels"][1]["output_throughput"].as_f64().unwrap(),
+    );
+    let want = format!("{:+.1}%", (tb - ta) / ta * 100.0);
+    let block = stdout.split("-- output_throughput").nth(1).unwrap();
+    let row = block
+        .lines()
+        .find(|l| l.trim_start().starts_with("8 "))
+        .unwrap();
+    assert!(
+        row.contains(&format!("{ta:.1}"))
+            && row.contains(&format!("{tb:.1}"))
+            && row.contains(&want),
+        "{row} (want {ta:.1}, {tb:.1}, {want})"
+    );
+    assert!(stdout.contains("#1 v2.json: topk1_v2 (sim)"), "{stdout}");
+    let svg = std::fs::read_to_string(dir.path().join("cmp.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("#2 topk1_v2 (sim)"),
+        "{svg}"
+    );
+    assert_eq!(svg.matches("<polyline").count(), 2);
+
+    // anything that is not a report: one message naming the file, exit code 3
+    std::fs::write(dir.path().join("other.json"), "{\"levels\": []}").unwrap();
+    let (code, _, stderr) = kbench(dir.path(), &["compare", "v2.json", "other.json"]);
+    assert_eq!(code, 3);
+    insta::assert_snapshot!("compare_not_a_report", stderr);
+    let (code, _, stderr) = kbench(dir.path(), &["compare", "v2.json", "missing.json"]);
+    assert_eq!(code, 3);
+    assert!(
+        stderr.starts_with("error: reading missing.json: "),
+        "{stderr}"
+    );
+}

@@ -42,9 +42,23 @@ pub enum Command {
     Kernels(KernelsCommand),
     /// Print the SGLang launch command (and environment) an experiment file implies.
     SglangArgs(SglangArgsArgs),
+    /// Set two or more `--json` reports (any backends) side by side per level, with each
+    /// one's difference from the first.
+    Compare(CompareArgs),
     /// Serve SGLang's and OpenAI's HTTP APIs: the engine (--model), or an experiment's
     /// modelled deployment played out in wall time (--sim). Flags keep SGLang's names.
     Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Reports written by `kbench experiment --json` (a sweep's file counts one per variant);
+    /// the first is the base the differences are taken from.
+    #[arg(required = true, num_args = 2.., value_name = "REPORT.json")]
+    pub reports: Vec<PathBuf>,
+    /// Also write output throughput against concurrency, one line per report, as SVG.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

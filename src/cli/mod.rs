@@ -4,6 +4,7 @@ mod args;
 mod backends;
 mod calibrate;
 mod calibrate_passes;
+mod compare;
 mod engine;
 pub mod error;
 pub mod exit;
@@ -55,5 +56,6 @@ fn dispatch(cli: Cli) -> CliResult<()> {
         Command::Kernels(k) => engine::kernels_command(k),
         Command::Serve(a) => serve::run(a),
         Command::SglangArgs(a) => experiment::sglang_args(a),
+        Command::Compare(a) => compare::run(a),
     }
 }

@@ -86,6 +86,8 @@ pub fn prediction(measured: &Report, predicted: &Report) -> Prediction {
 pub enum ReportReadError {
     #[error("not a kbench report (JSON with `levels`, or a sweep with `variants`)")]
     Shape(#[source] serde_json::Error),
+    #[error("not a kbench report: no `format_version` (write one with `kbench experiment FILE --json OUT`)")]
+    NoVersion,
     #[error("report format {found}; this kbench reads format {expected}")]
     Version { found: u64, expected: u32 },
 }
@@ -93,7 +95,9 @@ pub enum ReportReadError {
 /// The reports in a `--json` file: one, or one per variant of a sweep.
 pub fn reports_from_json(text: &str) -> Result<Vec<Report>, ReportReadError> {
     let value: serde_json::Value = serde_json::from_str(text).map_err(ReportReadError::Shape)?;
-    let found = value["format_version"].as_u64().unwrap_or(0);
+    let Some(found) = value["format_version"].as_u64() else {
+        return Err(ReportReadError::NoVersion);
+    };
     if found != crate::report::REPORT_FORMAT_VERSION as u64 {
         return Err(ReportReadError::Version {
             found,

@@ -1,5 +1,6 @@
 //! Report renderings: terminal table, CSV, SVG plot.
 
+pub mod compare;
 pub mod csv;
 pub mod plot;
 pub mod table;

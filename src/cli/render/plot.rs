@@ -16,6 +16,24 @@ const COLORS: [&str; 8] = [
 ];
 
 pub fn throughput_svg(reports: &[Report]) -> String {
+    let labels: Vec<String> = reports
+        .iter()
+        .map(|r| {
+            r.experiment
+                .variant
+                .clone()
+                .unwrap_or_else(|| format!("{} ({})", r.experiment.name, r.backend.name))
+        })
+        .collect();
+    let title = reports
+        .first()
+        .map(|r| r.experiment.name.clone())
+        .unwrap_or_default();
+    labelled_throughput_svg(reports, &labels, &title)
+}
+
+/// [`throughput_svg`] with a label per report and a title of the caller's choosing.
+pub fn labelled_throughput_svg(reports: &[Report], labels: &[String], title: &str) -> String {
     let concurrencies: Vec<u32> = reports
         .iter()
         .flat_map(|r| r.levels.iter().map(|m| m.concurrency))
@@ -44,10 +62,7 @@ pub fn throughput_svg(reports: &[Report]) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let title = esc(&reports
-        .first()
-        .map(|r| r.experiment.name.clone())
-        .unwrap_or_default());
+    let title = esc(title);
     let _ = writeln!(
         s,
         r#"<text x="{LEFT}" y="24" font-size="15">{title}: output throughput vs concurrency</text>"#
@@ -112,11 +127,7 @@ pub fn throughput_svg(reports: &[Report]) -> String {
                 y(m.output_throughput)
             );
         }
-        let name = esc(&r
-            .experiment
-            .variant
-            .clone()
-            .unwrap_or_else(|| format!("{} ({})", r.experiment.name, r.backend.name)));
+        let name = esc(&labels[i]);
         let ly = TOP + 16.0 * i as f64;
         let _ = writeln!(
             s,

@@ -178,7 +178,7 @@ fn ms(x: f64) -> String {
     format!("{x:.2}")
 }
 
-fn write_rows(out: &mut dyn Write, rows: &[Vec<String>]) -> io::Result<()> {
+pub fn write_rows(out: &mut dyn Write, rows: &[Vec<String>]) -> io::Result<()> {
     let cols = rows[0].len();
     let widths: Vec<usize> = (0..cols)
         .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
