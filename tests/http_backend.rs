@@ -107,6 +107,53 @@ fn http_gives_the_engines_tokens_rounds_and_accept_length() {
             }
         }
     }
+    // vLLM's per-request metrics: `detailed` gives every round, `summary` the count
+    for detail in ["detailed", "summary"] {
+        let server = spec_server(3, 1, 4, &["--per-request-spec-decode-metrics", detail]);
+        for api in ["openai-completions", "openai-chat"] {
+            let exp = load(
+                &path,
+                &[url(&server.addr), format!("backend.http.api=\"{api}\"")],
+            );
+            let levels = run(kbench_http::open(&exp).unwrap().as_mut(), &exp);
+            for (e, h) in engine.iter().zip(&levels) {
+                assert_eq!(h.metrics.failed, 0, "{api}: {:?}", h.metrics.errors);
+                // the server's own /metrics counters, read around the measured requests
+                let counted = h.metrics.server_spec.as_ref().expect("vllm counters");
+                assert_eq!(
+                    counted.num_drafts, h.metrics.verify_rounds,
+                    "{api} {detail}"
+                );
+                assert_eq!(counted.per_position_acceptance_rates.len(), 3);
+                if api == "openai-completions" {
+                    // the same prompts: the same rounds and accept length as the engine's
+                    assert_eq!(h.metrics.verify_rounds, e.metrics.verify_rounds, "{detail}");
+                    assert_eq!(h.metrics.accept_length, e.metrics.accept_length, "{detail}");
+                } else {
+                    // text in a chat template: other prompts, still every round counted
+                    assert!(h.metrics.verify_rounds > 0 && h.metrics.accept_length.is_some());
+                    assert_ne!(
+                        h.metrics.total_input_tokens, e.metrics.total_input_tokens,
+                        "the server counts the template and the text"
+                    );
+                }
+                // detailed: from per_step_accepted; summary: from the chunk deltas, as
+                // num_spec_steps says there is one chunk per round
+                for r in &h.records {
+                    assert!(!r.round_commits.is_empty(), "{api} {detail}");
+                    if api == "openai-completions" {
+                        let mine = &e
+                            .records
+                            .iter()
+                            .find(|x| x.id == r.id)
+                            .unwrap()
+                            .round_commits;
+                        assert_eq!(&r.round_commits, mine, "request {}", r.id);
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -138,6 +138,10 @@ pub struct ServeArgs {
     /// Seeds sampling for requests that give no seed.
     #[arg(long, default_value_t = 0)]
     pub random_seed: u64,
+    /// vLLM's flag: each OpenAI response carries `metrics.speculative_decoding` (streamed in
+    /// the final usage chunk); `detailed` adds every round's accepted and drafted counts.
+    #[arg(long, value_parser = ["summary", "detailed"])]
+    pub per_request_spec_decode_metrics: Option<String>,
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_body_bytes: usize,

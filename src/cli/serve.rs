@@ -232,6 +232,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
         faults,
         api_key: a.api_key.clone(),
         seed: a.random_seed,
+        per_request_spec_metrics: per_request_spec_metrics(a),
     })
 }
 
@@ -387,5 +388,15 @@ fn sim_config(
         faults,
         api_key: a.api_key.clone(),
         seed: exp.file.seed,
+        per_request_spec_metrics: per_request_spec_metrics(a),
     })
+}
+
+fn per_request_spec_metrics(a: &ServeArgs) -> Option<kbench_serve::state::PerRequestSpecMetrics> {
+    use kbench_serve::state::PerRequestSpecMetrics;
+    match a.per_request_spec_decode_metrics.as_deref() {
+        Some("detailed") => Some(PerRequestSpecMetrics::Detailed),
+        Some(_) => Some(PerRequestSpecMetrics::Summary),
+        None => None,
+    }
 }

@@ -106,6 +106,24 @@ impl BackendError {
     }
 }
 
+/// Speculative counters a server keeps itself (vLLM's Prometheus `spec_decode_*`), as the
+/// change over a level's measured requests: warm-up left out, but anything else the server
+/// served meanwhile counted in.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct ServerSpecCounters {
+    /// Where they were read (e.g. `vllm:spec_decode_* deltas from /metrics`).
+    pub source: String,
+    pub num_drafts: u64,
+    pub num_draft_tokens: u64,
+    pub num_accepted_tokens: u64,
+    /// 1 + accepted / drafts, as `vllm bench serve` gives it.
+    pub acceptance_length: Option<f64>,
+    /// accepted / draft tokens.
+    pub acceptance_rate: Option<f64>,
+    /// `[i]`: accepted at draft position i / drafts.
+    pub per_position_acceptance_rates: Vec<f64>,
+}
+
 /// A serving backend. `start_level` gives a fresh server (empty batch, empty caches) for
 /// one concurrency level.
 pub trait Backend {
@@ -140,4 +158,11 @@ pub trait Session {
     fn take_chunks(&mut self) -> Vec<ChunkEvent>;
     /// Drops a waiting or running request (its client went away); whether it was there.
     fn cancel(&mut self, id: u64) -> bool;
+    /// The warm-up requests have finished and the measured ones are about to start.
+    fn measured_started(&mut self) {}
+    /// The server's own speculative counters over the measured requests, where it keeps
+    /// them; asked once, after the last measured request finished.
+    fn server_counters(&mut self) -> Option<ServerSpecCounters> {
+        None
+    }
 }

@@ -140,6 +140,9 @@ fn run_level(
             (true, plan.warmup_requests),
             (false, plan.requests_per_level),
         ] {
+            if !warmup {
+                session.measured_started();
+            }
             let mut next = 0u32;
             let mut in_flight = 0u32;
             while next < count && in_flight < c {
@@ -171,9 +174,11 @@ fn run_level(
                 }
             }
         }
+        let server_spec = session.server_counters();
         drop(session);
         progress.level_finished(c);
-        let metrics = level_metrics(c, &records);
+        let mut metrics = level_metrics(c, &records);
+        metrics.server_spec = server_spec;
         Ok(LevelResult {
             concurrency: c,
             records,

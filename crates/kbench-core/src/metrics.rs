@@ -45,6 +45,10 @@ pub struct LevelMetrics {
     pub mean_e2e_latency_ms: f64,
     pub median_e2e_latency_ms: f64,
     pub p99_e2e_latency_ms: f64,
+    /// What the server counted itself over the level (vLLM's `/metrics`), beside what the
+    /// requests reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_spec: Option<crate::backend::ServerSpecCounters>,
 }
 
 const MS: f64 = 1e6;
@@ -144,6 +148,7 @@ pub fn level_metrics(concurrency: u32, records: &[RequestRecord]) -> LevelMetric
         mean_e2e_latency_ms: e2e.mean,
         median_e2e_latency_ms: e2e.median,
         p99_e2e_latency_ms: e2e.p99,
+        server_spec: None,
     }
 }
 

@@ -10,6 +10,7 @@
 pub mod client;
 pub mod error;
 pub mod launch;
+pub mod prometheus;
 pub mod request;
 pub mod server;
 pub mod settings;
@@ -22,7 +23,7 @@ use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 
 use kbench_core::backend::{
-    Backend, BackendError, ChunkEvent, Nanos, Request, RequestRecord, Session,
+    Backend, BackendError, ChunkEvent, Nanos, Request, RequestRecord, ServerSpecCounters, Session,
 };
 use kbench_core::prompt::random_prompt;
 use kbench_core::spec::Experiment;
@@ -114,6 +115,8 @@ impl HttpBackend {
 /// How long a server that failed a request in transport has to answer `/health` before the
 /// run stops: long enough for a busy server, short next to a level.
 const GONE_WAIT: Duration = Duration::from_secs(5);
+/// How long a `/metrics` scrape may take.
+const SCRAPE: Duration = Duration::from_secs(10);
 /// How often a waiting session looks at Ctrl-C and at a launched server.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -131,8 +134,13 @@ impl Backend for HttpBackend {
             Some(l) => format!("; launched `{}` (log {})", l.line, l.log.display()),
             None => String::new(),
         };
+        let text = if self.settings.api == Api::OpenAiChat {
+            "; prompts sent as text (one `w<id>` word per prompt token, in the server's chat template): input lengths are the server's usage.prompt_tokens"
+        } else {
+            ""
+        };
         format!(
-            "http: {} at {}{server}; wall-clock times from this client{launched}",
+            "http: {} at {}{server}; wall-clock times from this client{text}{launched}",
             self.settings.api.name(),
             self.client.target.url
         )
@@ -173,7 +181,7 @@ impl Backend for HttpBackend {
             if !self.settings.allow_mismatch {
                 self.expected.check(&facts).map_err(Self::fail)?;
             }
-            if self.settings.api == Api::OpenAiCompletions && self.model.is_none() {
+            if self.settings.api.names_model() && self.model.is_none() {
                 self.model = self
                     .runtime
                     .block_on(server::first_model(&client))
@@ -194,6 +202,7 @@ impl Backend for HttpBackend {
             rx,
             tasks: HashMap::new(),
             chunks: None,
+            counters_before: None,
         }))
     }
 }
@@ -205,9 +214,24 @@ struct HttpSession<'a> {
     rx: mpsc::UnboundedReceiver<Outcome>,
     tasks: HashMap<u64, tokio::task::JoinHandle<()>>,
     chunks: Option<Arc<Mutex<Vec<ChunkEvent>>>>,
+    /// vLLM's speculative counters when the measured requests started.
+    counters_before: Option<prometheus::SpecReading>,
 }
 
 impl HttpSession<'_> {
+    /// The server's speculative counters now, where it exposes them.
+    fn read_counters(&self) -> Option<prometheus::SpecReading> {
+        let client = self.b.client.clone();
+        let text = self.b.runtime.block_on(async move {
+            let r = client.send("GET", "/metrics", None, SCRAPE).await.ok()?;
+            if r.status != 200 {
+                return None;
+            }
+            r.all(SCRAPE).await.ok()
+        })?;
+        prometheus::read(&String::from_utf8_lossy(&text))
+    }
+
     fn now(&self) -> Nanos {
         self.start.elapsed().as_nanos() as Nanos
     }
@@ -355,6 +379,18 @@ impl Session for HttpSession<'_> {
             Some(c) => std::mem::take(&mut *c.lock().unwrap_or_else(|p| p.into_inner())),
             None => Vec::new(),
         }
+    }
+
+    fn measured_started(&mut self) {
+        if self.b.speculative {
+            self.counters_before = self.read_counters();
+        }
+    }
+
+    fn server_counters(&mut self) -> Option<ServerSpecCounters> {
+        let before = self.counters_before.take()?;
+        let after = self.read_counters()?;
+        Some(prometheus::delta(&before, &after))
     }
 
     fn cancel(&mut self, id: u64) -> bool {

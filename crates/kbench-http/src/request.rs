@@ -57,9 +57,29 @@ fn transport(message: String) -> Failure {
     }
 }
 
-/// SGLang's names for the verify count and accept length, every release since 0.5.10 (the
-/// count was never renamed).
+/// SGLang's name for a request's verify rounds, every release since 0.5.10 (never renamed).
 const VERIFY_CT: &str = "spec_verify_ct";
+
+/// What the server said of a request's verify rounds.
+#[derive(Default)]
+struct Rounds {
+    /// SGLang's `spec_verify_ct`, vLLM's `num_spec_steps`.
+    count: Option<u32>,
+    /// vLLM's `per_step_accepted` (`--per-request-spec-decode-metrics detailed`): each
+    /// round's accepted drafts, so its commit is that plus the bonus token.
+    accepted: Option<Vec<u32>>,
+}
+
+/// vLLM's per-request `metrics.speculative_decoding` (final usage chunk).
+fn vllm_rounds(v: &Value, rounds: &mut Rounds) {
+    let spec = &v["metrics"]["speculative_decoding"];
+    if let Some(n) = spec["num_spec_steps"].as_u64() {
+        rounds.count = Some(n as u32);
+    }
+    if let Some(steps) = spec["per_step_accepted"].as_array() {
+        rounds.accepted = steps.iter().map(|a| a.as_u64().map(|a| a as u32)).collect();
+    }
+}
 
 pub fn body(api: Api, model: Option<&str>, s: &Sent) -> Value {
     match api {
@@ -68,12 +88,17 @@ pub fn body(api: Api, model: Option<&str>, s: &Sent) -> Value {
             "sampling_params": {"max_new_tokens": s.max_tokens, "temperature": s.temperature, "ignore_eos": true},
             "stream": true,
         }),
-        Api::OpenAiCompletions => {
+        Api::OpenAiCompletions | Api::OpenAiChat => {
             let mut b = json!({
-                "prompt": s.prompt, "max_tokens": s.max_tokens, "temperature": s.temperature,
+                "max_tokens": s.max_tokens, "temperature": s.temperature,
                 "ignore_eos": true, "stream": true,
                 "stream_options": {"include_usage": true, "continuous_usage_stats": true},
             });
+            if api == Api::OpenAiChat {
+                b["messages"] = json!([{"role": "user", "content": prompt_text(&s.prompt)}]);
+            } else {
+                b["prompt"] = json!(s.prompt);
+            }
             if let Some(m) = model {
                 b["model"] = json!(m);
             }
@@ -82,10 +107,18 @@ pub fn body(api: Api, model: Option<&str>, s: &Sent) -> Value {
     }
 }
 
+/// The chat API takes text: one `w<id>` word per prompt token (`kbench serve` without a
+/// tokenizer reads each back as one token; a real tokenizer splits them further).
+pub fn prompt_text(ids: &[u32]) -> String {
+    let words: Vec<String> = ids.iter().map(|id| format!("w{id}")).collect();
+    words.join(" ")
+}
+
 fn path(api: Api) -> &'static str {
     match api {
         Api::Sglang => "/generate",
         Api::OpenAiCompletions => "/v1/completions",
+        Api::OpenAiChat => "/v1/chat/completions",
     }
 }
 
@@ -126,18 +159,25 @@ pub async fn run(
             record.error = Some(e.message);
             transport_failed = e.transport;
         }
-        Ok(verify_ct) if speculative => {
+        Ok(rounds) if speculative => {
             let deltas: Vec<u32> = chunks.iter().map(|c| c.tokens).collect();
-            match verify_ct {
-                // one chunk per round after prefill's: the deltas are the rounds
-                Some(n) if deltas.len() == n as usize + 1 && deltas.first() == Some(&1) => {
-                    record.round_commits = deltas[1..].to_vec();
-                    for c in chunks.iter_mut().skip(1) {
-                        c.spec_round = true;
-                    }
+            // one chunk per round after prefill's: the deltas are the rounds
+            let one_per_round =
+                |n: u32| deltas.len() == n as usize + 1 && deltas.first() == Some(&1);
+            if rounds.count.is_some_and(one_per_round) {
+                for c in chunks.iter_mut().skip(1) {
+                    c.spec_round = true;
                 }
-                Some(n) => record.reported_rounds = Some(n),
-                None => {}
+            }
+            match (rounds.accepted, rounds.count) {
+                (Some(accepted), _) => {
+                    record.round_commits = accepted.iter().map(|a| a + 1).collect();
+                }
+                (None, Some(n)) if one_per_round(n) => {
+                    record.round_commits = deltas[1..].to_vec();
+                }
+                (None, Some(n)) => record.reported_rounds = Some(n),
+                (None, None) => {}
             }
         }
         Ok(_) => {}
@@ -149,7 +189,7 @@ pub async fn run(
     }
 }
 
-/// Reads the stream; returns the server's verify count when it reported one.
+/// Reads the stream; returns what the server said of the request's verify rounds.
 async fn stream(
     client: &Client,
     api: Api,
@@ -158,7 +198,7 @@ async fn stream(
     record: &mut RequestRecord,
     chunks: &mut Vec<ChunkEvent>,
     now: impl Fn() -> Nanos,
-) -> Result<Option<u32>, Failure> {
+) -> Result<Rounds, Failure> {
     let req = body(api, model, s);
     let mut resp = client
         .send("POST", path(api), Some(&req), Duration::from_secs(3600))
@@ -181,7 +221,7 @@ async fn stream(
     }
     let mut pending = String::new();
     let mut seen: u64 = 0;
-    let mut verify_ct = None;
+    let mut rounds = Rounds::default();
     let mut finished = false;
     let mut done = false;
     while let Some(bytes) = resp.next().await.map_err(transport)? {
@@ -215,14 +255,20 @@ async fn stream(
                     Api::Sglang => {
                         let meta = &v["meta_info"];
                         if let Some(n) = meta[VERIFY_CT].as_u64() {
-                            verify_ct = Some(n as u32);
+                            rounds.count = Some(n as u32);
                         }
                         (
                             meta["completion_tokens"].as_u64(),
                             !meta["finish_reason"].is_null(),
                         )
                     }
-                    Api::OpenAiCompletions => {
+                    Api::OpenAiCompletions | Api::OpenAiChat => {
+                        vllm_rounds(&v, &mut rounds);
+                        if let Some(n) = v["usage"]["prompt_tokens"].as_u64() {
+                            if api == Api::OpenAiChat {
+                                record.input_len = n as u32;
+                            }
+                        }
                         let choices = v["choices"].as_array().map(Vec::len).unwrap_or(0);
                         if choices == 0 {
                             // the usage-only chunk after the last content chunk
@@ -270,5 +316,5 @@ async fn stream(
     if let Some(c) = chunks.last_mut() {
         c.finished = true;
     }
-    Ok(verify_ct)
+    Ok(rounds)
 }

@@ -18,6 +18,11 @@ pub enum Api {
     /// (`include_usage`, `continuous_usage_stats`) for the token counts.
     #[serde(rename = "openai-completions")]
     OpenAiCompletions,
+    /// `/v1/chat/completions`: the prompt goes as text (one `w<id>` word per prompt token,
+    /// inside the server's chat template), so input lengths are the server's
+    /// `usage.prompt_tokens`, not the file's.
+    #[serde(rename = "openai-chat")]
+    OpenAiChat,
 }
 
 impl Api {
@@ -25,7 +30,13 @@ impl Api {
         match self {
             Api::Sglang => "SGLang /generate",
             Api::OpenAiCompletions => "OpenAI /v1/completions",
+            Api::OpenAiChat => "OpenAI /v1/chat/completions",
         }
+    }
+
+    /// The OpenAI APIs name a model in every request.
+    pub fn names_model(self) -> bool {
+        !matches!(self, Api::Sglang)
     }
 }
 

@@ -74,6 +74,9 @@ pub struct SpecTotals {
     pub accepted_per_pos: Vec<u64>,
     /// `[n]`: rounds that accepted n drafts.
     pub histogram: Vec<u64>,
+    /// Each round's accepted and proposed drafts, in order (vLLM's `per_step_*`).
+    pub per_step_accepted: Vec<u32>,
+    pub per_step_drafted: Vec<u32>,
 }
 
 /// What one chunk adds.
@@ -237,6 +240,8 @@ impl Generation {
                 s.histogram.resize(positions + 1, 0);
             }
             s.histogram[r.accepted as usize] += 1;
+            s.per_step_accepted.push(r.accepted);
+            s.per_step_drafted.push(r.proposed);
         }
         self.output_ids.extend_from_slice(&commit.tokens);
         let mut finish = commit.finish.map(|f| match f {

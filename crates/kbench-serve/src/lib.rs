@@ -57,6 +57,7 @@ pub struct ServeConfig {
     pub api_key: Option<String>,
     /// Seeds sampling for requests that give no seed.
     pub seed: u64,
+    pub per_request_spec_metrics: Option<state::PerRequestSpecMetrics>,
 }
 
 /// A running server.
@@ -95,6 +96,7 @@ pub fn start(cfg: ServeConfig) -> Result<Server, ServeError> {
         cfg.faults,
         cfg.api_key,
         cfg.seed,
+        cfg.per_request_spec_metrics,
     );
     let (stop, stopped) = watch::channel(false);
     let thread = std::thread::Builder::new()

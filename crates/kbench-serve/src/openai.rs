@@ -15,7 +15,7 @@ use crate::chat::{self, Message};
 use crate::error::ApiError;
 use crate::gen::{Delta, GenRequest, Generation};
 use crate::sglang::fault_for;
-use crate::state::AppState;
+use crate::state::{AppState, PerRequestSpecMetrics};
 use crate::stream::{self, Format};
 
 /// OpenAI's default `max_tokens` for completions.
@@ -181,6 +181,7 @@ async fn start(state: &Arc<AppState>, body: Body, chat: bool) -> Result<Response
         include_usage: opts.include_usage,
         continuous_usage: opts.continuous_usage_stats,
         first: true,
+        spec_metrics: state.per_request_spec_metrics,
     };
     Ok(if common.stream.unwrap_or(false) {
         stream::sse(gen, format, fault)
@@ -197,6 +198,29 @@ struct OpenAiFormat {
     include_usage: bool,
     continuous_usage: bool,
     first: bool,
+    spec_metrics: Option<PerRequestSpecMetrics>,
+}
+
+/// vLLM's per-request `metrics.speculative_decoding` (its names); None for a request that
+/// ran no verify round.
+fn speculative_decoding(gen: &Generation, detail: PerRequestSpecMetrics) -> Option<Value> {
+    let s = &gen.spec;
+    if s.verify_ct == 0 {
+        return None;
+    }
+    let mut m = json!({
+        "num_spec_steps": s.verify_ct,
+        "num_draft_tokens": s.proposed,
+        "num_accepted_draft_tokens": s.accepted,
+        "mean_acceptance_length": 1.0 + s.accepted as f64 / s.verify_ct as f64,
+        "draft_acceptance_rate": if s.proposed == 0 { 0.0 } else { s.accepted as f64 / s.proposed as f64 },
+        "acceptance_histogram": s.histogram,
+    });
+    if detail == PerRequestSpecMetrics::Detailed {
+        m["per_step_accepted"] = json!(s.per_step_accepted);
+        m["per_step_drafted"] = json!(s.per_step_drafted);
+    }
+    Some(json!({ "speculative_decoding": m }))
 }
 
 fn usage(gen: &Generation) -> Value {
@@ -258,6 +282,9 @@ impl Format for OpenAiFormat {
         }
         let mut m = self.envelope(true, json!([]));
         m.insert("usage".into(), usage(gen));
+        if let Some(spec) = self.spec_metrics.and_then(|d| speculative_decoding(gen, d)) {
+            m.insert("metrics".into(), spec);
+        }
         vec![Value::Object(m)]
     }
 
@@ -272,6 +299,9 @@ impl Format for OpenAiFormat {
         choice["matched_stop"] = finish.map(|f| f.matched_stop()).unwrap_or(Value::Null);
         let mut m = self.envelope(false, json!([choice]));
         m.insert("usage".into(), usage(gen));
+        if let Some(spec) = self.spec_metrics.and_then(|d| speculative_decoding(gen, d)) {
+            m.insert("metrics".into(), spec);
+        }
         Value::Object(m)
     }
 }

@@ -12,6 +12,16 @@ use crate::stats::Stats;
 use crate::text::TextCodec;
 use crate::worker::WorkerHandle;
 
+/// vLLM's `--per-request-spec-decode-metrics`: each OpenAI response's
+/// `metrics.speculative_decoding`, in the final usage chunk when streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PerRequestSpecMetrics {
+    /// Counts and the mean acceptance length.
+    Summary,
+    /// Also `per_step_accepted` / `per_step_drafted`: every verify round.
+    Detailed,
+}
+
 /// Limits that keep hostile or broken clients from hurting others.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
@@ -66,6 +76,7 @@ pub struct AppState {
     pub started: Instant,
     /// The sampling seed of requests that give none.
     pub default_seed: u64,
+    pub per_request_spec_metrics: Option<PerRequestSpecMetrics>,
 }
 
 impl AppState {
@@ -79,6 +90,7 @@ impl AppState {
         faults: Faults,
         api_key: Option<String>,
         default_seed: u64,
+        per_request_spec_metrics: Option<PerRequestSpecMetrics>,
     ) -> Arc<AppState> {
         Arc::new(AppState {
             model,
@@ -93,6 +105,7 @@ impl AppState {
             next_id: AtomicU64::new(0),
             started: Instant::now(),
             default_seed,
+            per_request_spec_metrics,
         })
     }
 

@@ -92,6 +92,25 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
             m.errors.join("; ")
         )?;
     }
+    for m in &r.levels {
+        let Some(s) = &m.server_spec else { continue };
+        let rates: Vec<String> = s
+            .per_position_acceptance_rates
+            .iter()
+            .map(|p| format!("{p:.2}"))
+            .collect();
+        writeln!(
+            out,
+            "   C={}: the server counted {} drafts, accept length {}, per position [{}] ({})",
+            m.concurrency,
+            s.num_drafts,
+            s.acceptance_length
+                .map(|a| format!("{a:.2}"))
+                .unwrap_or_else(|| "-".into()),
+            rates.join(" "),
+            s.source
+        )?;
+    }
     writeln!(
         out,
         "   saturation: {:.1} output tok/s at C={}",
