@@ -438,6 +438,27 @@ fn sglang_args_prints_what_the_file_implies() {
         "{out}"
     );
     assert!(!out.contains("SGLANG_ENABLE_SPEC_V2"), "{out}");
+    // simulated acceptance: the accept length the simulator replays for (2, 1, 3)
+    let file = root.join("experiments/topk1_v2.toml");
+    let out = kbench(&[
+        "sglang-args",
+        file.to_str().unwrap(),
+        "--set",
+        "backend.http.launch.acceptance=\"simulate\"",
+    ]);
+    let exp = load(&file, &[]);
+    let trace = kbench_core::trace::read(exp.trace.as_ref().unwrap()).unwrap();
+    let shape = kbench_core::tree::TreeShape::new(2, 1, 3).unwrap();
+    let want = kbench_core::trace::accept_length(&trace, &shape)
+        .unwrap()
+        .per_round;
+    assert!(
+        out.contains(&format!(
+            "SGLANG_SIMULATE_ACC_LEN={want:.3} SGLANG_SIMULATE_ACC_METHOD=match-expected"
+        )),
+        "{out}"
+    );
+    assert!(want > 1.5 && want < 3.0, "{want}");
 }
 
 /// Kills the server once the second level has finished its first two requests.

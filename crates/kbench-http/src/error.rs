@@ -27,6 +27,12 @@ pub enum HttpError {
     },
     #[error("the launched server exited ({status}); its log: {log}")]
     Exited { status: String, log: String },
+    #[error("the trace {path}")]
+    Trace {
+        path: String,
+        #[source]
+        source: kbench_core::trace::TraceError,
+    },
     #[error("starting the HTTP client runtime")]
     Runtime(#[source] std::io::Error),
 }

@@ -55,6 +55,20 @@ pub struct LaunchSettings {
     /// Where the server's output goes (default: a file in the temporary directory, named in
     /// the report's backend line).
     pub log: Option<String>,
+    /// `draft` (default): the server's draft model decides what is accepted. `simulate`:
+    /// SGLang's simulated acceptance (`SGLANG_SIMULATE_ACC_LEN` set to the trace's accept
+    /// length for the file's steps/topk/draft tokens), so the server's timing can be
+    /// checked against the cost model apart from its draft's quality.
+    #[serde(default)]
+    pub acceptance: LaunchAcceptance,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LaunchAcceptance {
+    #[default]
+    Draft,
+    Simulate,
 }
 
 impl Default for LaunchSettings {
@@ -68,6 +82,7 @@ impl Default for LaunchSettings {
             ready_timeout_s: default_ready(),
             grace_s: default_grace(),
             log: None,
+            acceptance: LaunchAcceptance::Draft,
         }
     }
 }
@@ -170,7 +185,37 @@ pub fn command_line(
     if exp.spec.spec_v2 {
         env.insert("SGLANG_ENABLE_SPEC_V2".into(), "True".into());
     }
+    if l.acceptance == LaunchAcceptance::Simulate {
+        let accept = simulated_accept_length(exp)?;
+        env.insert("SGLANG_SIMULATE_ACC_LEN".into(), format!("{accept:.3}"));
+        env.insert("SGLANG_SIMULATE_ACC_METHOD".into(), "match-expected".into());
+    }
     Ok((argv, env))
+}
+
+/// The accept length (tokens per verify round, bonus included) the simulator replays for the
+/// file's configuration: what SGLang's simulated acceptance is told to produce.
+pub fn simulated_accept_length(exp: &Experiment) -> Result<f64, HttpError> {
+    if !exp.spec.is_speculative() {
+        return Err(HttpError::Settings(
+            "launch: acceptance = \"simulate\" needs speculative decoding in [speculative]".into(),
+        ));
+    }
+    let path = exp.trace.as_ref().ok_or_else(|| {
+        HttpError::Settings(
+            "launch: acceptance = \"simulate\" takes its accept length from the trace: set [workload] trace".into(),
+        )
+    })?;
+    let trace_error = |source| HttpError::Trace {
+        path: path.display().to_string(),
+        source,
+    };
+    let trace = kbench_core::trace::read(path).map_err(trace_error)?;
+    let s = &exp.spec;
+    let shape = kbench_core::tree::TreeShape::new(s.num_steps, s.eagle_topk, s.num_draft_tokens)
+        .map_err(|e| HttpError::Settings(format!("launch: {e}")))?;
+    let a = kbench_core::trace::accept_length(&trace, &shape).map_err(trace_error)?;
+    Ok(a.per_round)
 }
 
 /// The command as a shell line (for `kbench sglang-args` and the log).

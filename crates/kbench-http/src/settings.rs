@@ -127,7 +127,10 @@ impl HttpSettings {
             .file
             .backend
             .parse("http")
-            .map_err(HttpError::Settings)?;
+            // the message names the table already
+            .map_err(|m| {
+                HttpError::Settings(m.trim_start_matches("[backend.http]: ").to_string())
+            })?;
         if !(s.request_timeout_s > 0.0 && s.ready_timeout_s > 0.0) {
             return Err(HttpError::Settings(
                 "request_timeout_s and ready_timeout_s must be positive".into(),
