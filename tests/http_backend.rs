@@ -503,12 +503,12 @@ fn a_server_killed_mid_level_stops_the_run_with_the_finished_levels_kept() {
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
 }
 
-/// Finished requests, from the server's own counter.
-fn served(addr: &str) -> u64 {
+/// A value from the server's own `/metrics`.
+fn server_metric(addr: &str, name: &str) -> u64 {
     get(addr, "/metrics")
         .text()
         .lines()
-        .find(|l| l.starts_with("vllm:request_success_total"))
+        .find(|l| l.starts_with(name))
         .and_then(|l| l.split_whitespace().last())
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(0.0) as u64
@@ -540,10 +540,14 @@ fn run_cli_and_stop_it(
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while served(&server.addr) < 2 {
+    // C=1 served, and C=2's requests running (not between levels, where a missing server
+    // is waited for as one that is still loading)
+    while server_metric(&server.addr, "vllm:request_success_total") < 2
+        || server_metric(&server.addr, "sglang:num_running_reqs") == 0
+    {
         assert!(
             std::time::Instant::now() < deadline,
-            "level C=1 never finished"
+            "level C=2 never started"
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -599,4 +603,102 @@ fn a_dead_server_or_ctrl_c_leaves_a_partial_report_of_the_finished_levels() {
     assert_eq!(code, 130, "{stderr}");
     assert_eq!(report["levels"].as_array().unwrap().len(), 1);
     assert_eq!(report["partial"], "interrupted by Ctrl-C");
+}
+
+#[test]
+fn trace_record_from_a_live_server_writes_what_its_rounds_showed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_experiment(dir.path(), CHAIN);
+    let server = spec_server(3, 1, 4, &[]);
+    let out = dir.path().join("live.kbt");
+    let record = |server: &ServerProc, sets: &[&str], out: &Path| {
+        let mut args = vec![
+            "trace".to_string(),
+            "record".into(),
+            "--experiment".into(),
+            path.display().to_string(),
+            "--server-url".into(),
+            format!("http://{}", server.addr),
+            "-o".into(),
+            out.display().to_string(),
+        ];
+        for s in sets {
+            args.push("--set".into());
+            args.push(s.to_string());
+        }
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let said = record(&server, &[], &out);
+    assert!(
+        said.contains("chain (exact accept/miss per round) server (3, 1, 4)"),
+        "{said}"
+    );
+    let t = kbench_core::trace::read(&out).unwrap();
+    let observed = t.header.observed.clone().unwrap();
+    assert_eq!(observed.kind, kbench_core::trace::ObservedKind::ChainRounds);
+    // every request of both levels (warm-up included), each the engine's 20 tokens after
+    // the prefill's first
+    assert_eq!(t.sequences.len(), 2 * (6 + 1));
+    assert!(t.sequences.iter().all(|s| s.positions(3) >= 19));
+
+    // the simulator replays it within what was observed, and refuses deeper chains
+    let exp = load(&path, &[format!("workload.trace=\"{}\"", out.display())]);
+    let levels = run(kbench_sim::open(&exp).unwrap().as_mut(), &exp);
+    let replayed = levels[0].metrics.accept_length.unwrap();
+    let recorded = said
+        .split("accept length ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap();
+    assert!(
+        (replayed - recorded).abs() < 0.4,
+        "{replayed} vs {recorded}"
+    );
+    let deeper = load(
+        &path,
+        &[
+            format!("workload.trace=\"{}\"", out.display()),
+            "speculative.num_steps=4".into(),
+            "speculative.num_draft_tokens=5".into(),
+        ],
+    );
+    let err = kbench_sim::open(&deeper).err().unwrap();
+    insta::assert_snapshot!(
+        "live_trace_deeper_than_observed",
+        err.to_string()
+            .replace(&out.display().to_string(), "live.kbt")
+    );
+
+    // a tree server: accept lengths only, replayed for its own shape alone
+    let tree = spec_server(2, 2, 4, &[]);
+    let tree_out = dir.path().join("tree.kbt");
+    let tree_sets = [
+        "speculative.num_steps=2",
+        "speculative.eagle_topk=2",
+        "speculative.num_draft_tokens=4",
+    ];
+    let said = record(&tree, &tree_sets, &tree_out);
+    assert!(
+        said.contains("tree (accept lengths only) server (2, 2, 4)"),
+        "{said}"
+    );
+    let mut same: Vec<String> = tree_sets.iter().map(|s| s.to_string()).collect();
+    same.push(format!("workload.trace=\"{}\"", tree_out.display()));
+    assert!(kbench_sim::open(&load(&path, &same)).is_ok());
+    let other = load(
+        &path,
+        &[format!("workload.trace=\"{}\"", tree_out.display())],
+    );
+    let err = kbench_sim::open(&other).err().unwrap();
+    let msg = std::error::Error::source(&err).unwrap().to_string();
+    assert!(
+        msg.contains("replays that configuration, not (3, 1, 4)"),
+        "{msg}"
+    );
 }

@@ -278,8 +278,24 @@ pub struct TraceConvertArgs {
 
 #[derive(Debug, Args)]
 pub struct TraceRecordArgs {
-    #[arg(long)]
-    pub model: PathBuf,
+    /// Record from the engine's own draft: the checkpoint directory.
+    #[arg(
+        long,
+        required_unless_present = "experiment",
+        conflicts_with = "experiment"
+    )]
+    pub model: Option<PathBuf>,
+    /// Record from a live server's verify rounds instead: run this experiment file's levels
+    /// on the http backend (a chain server gives exact accept/miss up to its num_steps; a
+    /// tree server only accept lengths).
+    #[arg(long, value_name = "FILE")]
+    pub experiment: Option<PathBuf>,
+    /// With --experiment: the server (shorthand for --set backend.http.url=...).
+    #[arg(long, requires = "experiment")]
+    pub server_url: Option<String>,
+    /// With --experiment: overrides, as `kbench experiment --set`.
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "experiment")]
+    pub set: Vec<String>,
     #[arg(long)]
     pub draft: Option<PathBuf>,
     /// Number of prompts (deterministic random token prompts) to record.

@@ -173,8 +173,14 @@ pub fn generate(a: GenerateArgs) -> CliResult<()> {
 }
 
 pub fn record_trace(a: TraceRecordArgs) -> CliResult<()> {
-    let draft_dir: PathBuf = a.draft.clone().unwrap_or_else(|| a.model.join("draft"));
-    let model = Model::load(&a.model, Some(&draft_dir), Device::Cpu).map_err(engine_err)?;
+    let Some(model_dir) = &a.model else {
+        return Err(CliError::new(
+            exit::USAGE,
+            "trace record needs --model or --experiment",
+        ));
+    };
+    let draft_dir: PathBuf = a.draft.clone().unwrap_or_else(|| model_dir.join("draft"));
+    let model = Model::load(model_dir, Some(&draft_dir), Device::Cpu).map_err(engine_err)?;
     if a.prompts == 0 || a.prompt_len == 0 {
         return Err(CliError::new(
             exit::INVALID_INPUT,

@@ -14,6 +14,7 @@ pub fn run(cmd: TraceCommand) -> CliResult<()> {
         TraceCommand::Synth(a) => synth(a),
         TraceCommand::Stats(a) => stats(a),
         TraceCommand::Convert(a) => convert(a),
+        TraceCommand::Record(a) if a.experiment.is_some() => record_live(a),
         TraceCommand::Record(a) => super::engine::record_trace(a),
     }
 }
@@ -187,6 +188,144 @@ fn convert(a: TraceConvertArgs) -> CliResult<()> {
         a.output.display(),
         form,
         t.sequences.len()
+    );
+    Ok(())
+}
+
+/// `kbench trace record --experiment FILE`: the file's levels against a live server, each
+/// request's recovered verify rounds written as a format-v2 trace.
+fn record_live(a: super::args::TraceRecordArgs) -> CliResult<()> {
+    let file = a.experiment.clone().expect("checked by the caller");
+    let mut overrides = a.set.clone();
+    overrides.push("backend.kind=\"http\"".into());
+    if let Some(url) = &a.server_url {
+        overrides.push(format!(
+            "backend.http.url={}",
+            toml::Value::String(url.clone())
+        ));
+    }
+    let variants = kbench_core::spec::load_experiment(&file, &overrides)
+        .map_err(|e| super::error::spec_error(&e))?;
+    let [variant] = variants.as_slice() else {
+        return Err(CliError::new(
+            exit::INVALID_INPUT,
+            format!(
+                "{}: a sweep of {} variants; record one server at a time (pick one with --set)",
+                file.display(),
+                variants.len()
+            ),
+        ));
+    };
+    let exp = &variant.experiment;
+    let s = &exp.spec;
+    if !s.is_speculative() {
+        return Err(CliError::new(
+            exit::INVALID_INPUT,
+            format!("{}: no speculative decoding to record", file.display()),
+        ));
+    }
+    super::interrupt::install();
+    let mut backend = super::backends::make_backend(exp)?;
+    let plan = kbench_core::harness::LoadPlan::from_experiment(exp);
+    let mut progress =
+        super::progress::LevelProgress::new(format!("record {}", exp.file.name), false);
+    let levels = kbench_core::harness::run_levels(backend.as_mut(), &plan, &mut progress)
+        .map_err(|e| CliError::from_chain(exit::BACKEND, &e))?;
+    progress.finish();
+    let records: Vec<&kbench_core::backend::RequestRecord> = levels
+        .iter()
+        .flat_map(|l| &l.records)
+        .filter(|r| r.error.is_none())
+        .collect();
+    let coalesced = records
+        .iter()
+        .filter(|r| r.reported_rounds.is_some())
+        .count();
+    let requests: Vec<trace::LiveRequest> = records
+        .iter()
+        .filter(|r| !r.round_commits.is_empty())
+        .map(|r| trace::LiveRequest {
+            id: r.id,
+            round_commits: r.round_commits.clone(),
+        })
+        .collect();
+    if requests.is_empty() {
+        return Err(CliError::new(
+            exit::BACKEND,
+            format!(
+                "no request's rounds could be recovered from the stream ({} of {} had coalesced chunks; SGLang needs --stream-interval 1, vLLM --per-request-spec-decode-metrics detailed)",
+                coalesced,
+                records.len()
+            ),
+        ));
+    }
+    let f = &exp.file;
+    let target = f
+        .model
+        .preset
+        .clone()
+        .unwrap_or_else(|| exp.model.name.clone());
+    let draft = f
+        .draft
+        .as_ref()
+        .and_then(|d| d.preset.clone().or_else(|| d.config.clone()))
+        .unwrap_or_else(|| "unknown".into());
+    let mut provenance = trace::live_provenance(
+        &target,
+        &draft,
+        &format!(
+            "{} random-token prompts of {}..{} tokens (seed {}), {} output tokens",
+            requests.len(),
+            exp.input_len.0,
+            exp.input_len.1,
+            f.seed,
+            exp.max_tokens
+        ),
+        f.workload.temperature.unwrap_or(0.0),
+    );
+    provenance
+        .params
+        .insert("server".into(), serde_json::json!(backend.describe()));
+    provenance.params.insert(
+        "experiment".into(),
+        serde_json::json!(file.display().to_string()),
+    );
+    let t = trace::from_rounds(
+        &requests,
+        (s.num_steps, s.eagle_topk, s.num_draft_tokens),
+        provenance,
+    );
+    trace::write(&t, &a.out, TraceForm::from_path(&a.out))
+        .map_err(|e| CliError::from_chain(exit::OUTPUT, &e))?;
+    let observed = t
+        .header
+        .observed
+        .as_ref()
+        .expect("live traces are observed");
+    let rounds: usize = requests.iter().map(|r| r.round_commits.len()).sum();
+    let tokens: u64 = requests
+        .iter()
+        .flat_map(|r| &r.round_commits)
+        .map(|&c| c as u64)
+        .sum();
+    println!(
+        "recorded {} requests, {} verify rounds (accept length {:.3}) from a {} server ({}, {}, {}) to {}{}",
+        requests.len(),
+        rounds,
+        tokens as f64 / rounds.max(1) as f64,
+        match observed.kind {
+            trace::ObservedKind::ChainRounds => "chain (exact accept/miss per round)",
+            trace::ObservedKind::AcceptLengths => "tree (accept lengths only)",
+        },
+        s.num_steps,
+        s.eagle_topk,
+        s.num_draft_tokens,
+        a.out.display(),
+        if coalesced > 0 {
+            format!("; {coalesced} request(s) left out: coalesced chunks")
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{Sequence, Trace, TraceError, TraceHeader, FORMAT_VERSION};
+use super::{Sequence, Trace, TraceError, TraceHeader, FORMAT_VERSION, FULLY_OBSERVED_VERSION};
 
 pub const MAGIC: &[u8; 8] = b"KBTRACE\0";
 
@@ -20,6 +20,7 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
 pub fn to_binary(trace: &Trace) -> Vec<u8> {
     let header = TraceHeader {
         sequences: trace.sequences.len() as u32,
+        version: trace.header.written_version(),
         ..trace.header.clone()
     };
     // Serialising plain data with string keys cannot fail.
@@ -33,7 +34,7 @@ pub fn to_binary(trace: &Trace) -> Vec<u8> {
         .sum();
     let mut out = Vec::with_capacity(16 + json.len() + body + 8);
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&header.written_version().to_le_bytes());
     out.extend_from_slice(&(json.len() as u32).to_le_bytes());
     out.extend_from_slice(&json);
     for s in &trace.sequences {
@@ -101,7 +102,7 @@ pub fn from_binary(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
         });
     }
     let version = cur.u32(|| "the version".into())?;
-    if version != FORMAT_VERSION {
+    if !(FULLY_OBSERVED_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(TraceError::UnsupportedVersion {
             path: path.to_path_buf(),
             version: u64::from(version),

@@ -25,6 +25,7 @@ struct LineIn {
 pub fn to_jsonl(trace: &Trace) -> String {
     let header = TraceHeader {
         sequences: trace.sequences.len() as u32,
+        version: trace.header.written_version(),
         ..trace.header.clone()
     };
     let d = header.depth as usize;

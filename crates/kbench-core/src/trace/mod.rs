@@ -1,11 +1,13 @@
-//! Acceptance traces, format v1 (docs/trace-format.md): what the draft proposed at each
-//! position and depth of real or synthetic requests, replayable for any
-//! `num_steps <= depth` and `eagle_topk <= topk`.
+//! Acceptance traces (docs/trace-format.md): what the draft proposed at each position and
+//! depth of real or synthetic requests, replayable for any `num_steps <= depth` and
+//! `eagle_topk <= topk`. Format v2 adds `observed`: a trace recorded from a live server's
+//! rounds, replayable only within what the server showed.
 
 mod binary;
 mod error;
 mod io;
 mod jsonl;
+mod live;
 mod presets;
 mod quant;
 mod replay;
@@ -16,6 +18,7 @@ pub use binary::{from_binary, to_binary, MAGIC};
 pub use error::TraceError;
 pub use io::{convert, read, read_bytes, write, TraceForm};
 pub use jsonl::{from_jsonl, to_jsonl};
+pub use live::{from_rounds, live_provenance, LiveRequest};
 pub use presets::{preset, Preset, PRESETS};
 pub use quant::ProbEncoding;
 pub use replay::{replay_commit, replay_commit_reference, OffPath, TraceAcceptance};
@@ -26,7 +29,10 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 pub const FORMAT_NAME: &str = "kbench-acceptance-trace";
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest format this kbench reads and writes. A trace without `observed` is written as
+/// version 1, which older readers read.
+pub const FORMAT_VERSION: u32 = 2;
+pub const FULLY_OBSERVED_VERSION: u32 = 1;
 /// Ranks are bytes and trees deeper or wider than this are not SGLang configurations.
 pub const MAX_DEPTH: u32 = 32;
 pub const MAX_TOPK: u32 = 32;
@@ -57,7 +63,7 @@ pub struct Provenance {
 pub struct TraceHeader {
     /// Always [`FORMAT_NAME`].
     pub format: String,
-    /// Always [`FORMAT_VERSION`] when written by this kbench.
+    /// [`TraceHeader::written_version`] when written by this kbench.
     pub version: u32,
     pub provenance: Provenance,
     /// Recorded depth D: ranks and probabilities for depths 0..D at every position.
@@ -67,6 +73,43 @@ pub struct TraceHeader {
     pub prob_encoding: ProbEncoding,
     /// Number of sequences that follow.
     pub sequences: u32,
+    /// Set (format v2) when the trace was recorded from a live server's verify rounds rather
+    /// than from the draft's distributions: what the server showed bounds what it replays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<Observed>,
+}
+
+/// What a trace recorded from a live server saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observed {
+    pub kind: ObservedKind,
+    /// The server's speculative settings.
+    pub num_steps: u32,
+    pub eagle_topk: u32,
+    pub num_draft_tokens: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ObservedKind {
+    /// A chain server's rounds: depths below `num_steps` are exact accept/miss at each
+    /// round's start; deeper ones were never drafted and read as misses. Replays chains of
+    /// up to `num_steps`.
+    ChainRounds,
+    /// A tree server's rounds: only how many tokens each round committed. Replays that
+    /// one configuration.
+    AcceptLengths,
+}
+
+impl TraceHeader {
+    /// The format version this header is written as.
+    pub fn written_version(&self) -> u32 {
+        if self.observed.is_some() {
+            FORMAT_VERSION
+        } else {
+            FULLY_OBSERVED_VERSION
+        }
+    }
 }
 
 /// One recorded request. For position p (tokens already committed when a round starts)
@@ -95,12 +138,13 @@ impl TraceHeader {
     ) -> TraceHeader {
         TraceHeader {
             format: FORMAT_NAME.into(),
-            version: FORMAT_VERSION,
+            version: FULLY_OBSERVED_VERSION,
             provenance,
             depth,
             topk,
             prob_encoding,
             sequences: 0,
+            observed: None,
         }
     }
 
@@ -116,12 +160,18 @@ impl TraceHeader {
                 self.format
             )));
         }
-        if self.version != FORMAT_VERSION {
+        if !(FULLY_OBSERVED_VERSION..=FORMAT_VERSION).contains(&self.version) {
             return Err(TraceError::UnsupportedVersion {
                 path: path.to_path_buf(),
                 version: u64::from(self.version),
                 supported: FORMAT_VERSION,
             });
+        }
+        if self.observed.is_some() && self.version < FORMAT_VERSION {
+            return Err(bad(format!(
+                "`observed` needs format version {FORMAT_VERSION}, the header says {}",
+                self.version
+            )));
         }
         if self.depth == 0 || self.depth > MAX_DEPTH {
             return Err(bad(format!(

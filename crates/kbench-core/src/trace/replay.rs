@@ -189,6 +189,53 @@ pub struct TraceAcceptance {
     off_path: OffPath,
 }
 
+/// A trace recorded from a live server replays only what the server showed.
+fn check_observed(o: &super::Observed, spec: &SpecConfig) -> Result<(), TraceError> {
+    let server = format!(
+        "({}, {}, {})",
+        o.num_steps, o.eagle_topk, o.num_draft_tokens
+    );
+    let asked = format!(
+        "({}, {}, {})",
+        spec.num_steps, spec.eagle_topk, spec.num_draft_tokens
+    );
+    match o.kind {
+        super::ObservedKind::ChainRounds => {
+            if spec.eagle_topk != 1 {
+                return Err(TraceError::Config {
+                    message: format!(
+                        "eagle_topk = {} but the trace was recorded from a chain server {server}: a chain's rounds say nothing of the draft's other candidates; use eagle_topk = 1",
+                        spec.eagle_topk
+                    ),
+                });
+            }
+            if spec.num_steps > o.num_steps {
+                return Err(TraceError::Config {
+                    message: format!(
+                        "num_steps = {} but the trace was recorded from a server drafting {} steps {server}: deeper positions were never observed; use num_steps <= {}",
+                        spec.num_steps, o.num_steps, o.num_steps
+                    ),
+                });
+            }
+            TreeShape::new(spec.num_steps, 1, spec.num_draft_tokens)
+                .map(|_| ())
+                .map_err(|e| TraceError::Config {
+                    message: e.to_string(),
+                })
+        }
+        super::ObservedKind::AcceptLengths => {
+            if asked != server {
+                return Err(TraceError::Config {
+                    message: format!(
+                        "the trace holds the accept lengths of a tree server {server} only; it replays that configuration, not {asked}"
+                    ),
+                });
+            }
+            Ok(())
+        }
+    }
+}
+
 impl TraceAcceptance {
     /// `seed` is the experiment seed: it picks each request's sequence.
     pub fn new(trace: Arc<Trace>, seed: u64) -> Result<TraceAcceptance, TraceError> {
@@ -230,6 +277,9 @@ impl TraceAcceptance {
             return Ok(());
         }
         let h = &self.trace.header;
+        if let Some(o) = &h.observed {
+            return check_observed(o, spec);
+        }
         if spec.num_steps > h.depth {
             return Err(TraceError::Config {
                 message: format!(
