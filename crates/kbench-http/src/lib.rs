@@ -9,6 +9,7 @@
 
 pub mod client;
 pub mod error;
+pub mod event;
 pub mod launch;
 pub mod prometheus;
 pub mod request;

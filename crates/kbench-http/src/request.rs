@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use kbench_core::backend::{ChunkEvent, Nanos, RequestRecord};
 
 use crate::client::Client;
+use crate::event::Event;
 use crate::settings::Api;
 
 pub struct Sent {
@@ -27,6 +28,10 @@ pub struct Outcome {
     /// The request failed in transport (no connection, a reset, no answer in time), which
     /// may mean the server is gone: the session then asks `/health` before going on.
     pub transport_failed: bool,
+    /// Per chunk, when the server says it sent it (`kbench serve --sim` stamps
+    /// `meta_info.kbench_sent_unix_ns`): what the client-overhead benchmark compares the
+    /// arrival timestamps with. Empty for other servers.
+    pub sent_unix_ns: Vec<Option<u64>>,
 }
 
 /// Why a request failed, and whether the connection itself failed.
@@ -57,8 +62,6 @@ fn transport(message: String) -> Failure {
     }
 }
 
-/// SGLang's name for a request's verify rounds, every release since 0.5.10 (never renamed).
-const VERIFY_CT: &str = "spec_verify_ct";
 
 /// What the server said of a request's verify rounds.
 #[derive(Default)]
@@ -71,14 +74,24 @@ struct Rounds {
 }
 
 /// vLLM's per-request `metrics.speculative_decoding` (final usage chunk).
-fn vllm_rounds(v: &Value, rounds: &mut Rounds) {
-    let spec = &v["metrics"]["speculative_decoding"];
-    if let Some(n) = spec["num_spec_steps"].as_u64() {
+fn vllm_rounds(v: &Event, rounds: &mut Rounds) {
+    let Some(spec) = v
+        .metrics
+        .as_ref()
+        .and_then(|m| m.speculative_decoding.as_ref())
+    else {
+        return;
+    };
+    if let Some(n) = spec.num_spec_steps {
         rounds.count = Some(n as u32);
     }
-    if let Some(steps) = spec["per_step_accepted"].as_array() {
-        rounds.accepted = steps.iter().map(|a| a.as_u64().map(|a| a as u32)).collect();
+    if let Some(steps) = &spec.per_step_accepted {
+        rounds.accepted = Some(steps.clone());
     }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 pub fn body(api: Api, model: Option<&str>, s: &Sent) -> Value {
@@ -144,9 +157,19 @@ pub async fn run(
         error: None,
     };
     let mut chunks = Vec::new();
+    let mut sent_unix_ns = Vec::new();
     let result = tokio::time::timeout(
         limit,
-        stream(client, api, model, &s, &mut record, &mut chunks, now),
+        stream(
+            client,
+            api,
+            model,
+            &s,
+            &mut record,
+            &mut chunks,
+            &mut sent_unix_ns,
+            now,
+        ),
     )
     .await;
     let verify = match result {
@@ -182,14 +205,19 @@ pub async fn run(
         }
         Ok(_) => {}
     }
+    if sent_unix_ns.iter().all(Option::is_none) {
+        sent_unix_ns.clear();
+    }
     Outcome {
         record,
         chunks,
         transport_failed,
+        sent_unix_ns,
     }
 }
 
 /// Reads the stream; returns what the server said of the request's verify rounds.
+#[allow(clippy::too_many_arguments)]
 async fn stream(
     client: &Client,
     api: Api,
@@ -197,6 +225,7 @@ async fn stream(
     s: &Sent,
     record: &mut RequestRecord,
     chunks: &mut Vec<ChunkEvent>,
+    sent_unix_ns: &mut Vec<Option<u64>>,
     now: impl Fn() -> Nanos,
 ) -> Result<Rounds, Failure> {
     let req = body(api, model, s);
@@ -219,63 +248,63 @@ async fn stream(
             .unwrap_or_else(|| text.chars().take(200).collect());
         return Err(format!("HTTP {status}: {message}").into());
     }
-    let mut pending = String::new();
+    let mut pending: Vec<u8> = Vec::new();
     let mut seen: u64 = 0;
     let mut rounds = Rounds::default();
     let mut finished = false;
     let mut done = false;
     while let Some(bytes) = resp.next().await.map_err(transport)? {
         let at = now();
-        pending.push_str(&String::from_utf8_lossy(&bytes));
-        while let Some(i) = pending.find("\n\n") {
-            let event: String = pending.drain(..i + 2).collect();
-            for line in event.lines() {
-                let Some(data) = line.strip_prefix("data:") else {
+        pending.extend_from_slice(&bytes);
+        let mut consumed = 0;
+        while let Some(i) = find(&pending[consumed..], b"\n\n") {
+            let event = &pending[consumed..consumed + i];
+            consumed += i + 2;
+            for line in event.split(|&b| b == b'\n') {
+                let Some(data) = line.strip_prefix(b"data:") else {
                     continue;
                 };
-                let data = data.trim();
-                if data == "[DONE]" {
+                let data = data.trim_ascii();
+                if data == b"[DONE]" {
                     done = true;
                     continue;
                 }
-                let v: Value = serde_json::from_str(data).map_err(|e| {
+                let v: Event = serde_json::from_slice(data).map_err(|e| {
                     Failure::from(format!(
                         "malformed server-sent event ({e}): {}",
-                        data.chars().take(120).collect::<String>()
+                        String::from_utf8_lossy(data)
+                            .chars()
+                            .take(120)
+                            .collect::<String>()
                     ))
                 })?;
-                if v.get("error").is_some() {
-                    return Err(format!(
-                        "error mid-stream: {}",
-                        v["error"]["message"].as_str().unwrap_or("(no message)")
-                    )
-                    .into());
+                if let Some(message) = v.error_message() {
+                    return Err(format!("error mid-stream: {message}").into());
                 }
                 let (cumulative, last) = match api {
                     Api::Sglang => {
-                        let meta = &v["meta_info"];
-                        if let Some(n) = meta[VERIFY_CT].as_u64() {
+                        let Some(meta) = &v.meta_info else {
+                            return Err("a chunk without meta_info".into());
+                        };
+                        if let Some(n) = meta.spec_verify_ct {
                             rounds.count = Some(n as u32);
                         }
-                        (
-                            meta["completion_tokens"].as_u64(),
-                            !meta["finish_reason"].is_null(),
-                        )
+                        (meta.completion_tokens, meta.finish_reason.is_some())
                     }
                     Api::OpenAiCompletions | Api::OpenAiChat => {
                         vllm_rounds(&v, &mut rounds);
-                        if let Some(n) = v["usage"]["prompt_tokens"].as_u64() {
+                        let usage = v.usage.as_ref();
+                        if let Some(n) = usage.and_then(|u| u.prompt_tokens) {
                             if api == Api::OpenAiChat {
                                 record.input_len = n as u32;
                             }
                         }
-                        let choices = v["choices"].as_array().map(Vec::len).unwrap_or(0);
-                        if choices == 0 {
+                        let Some(first) = v.choices.as_ref().and_then(|c| c.first()) else {
                             // the usage-only chunk after the last content chunk
                             continue;
-                        }
-                        let last = !v["choices"][0]["finish_reason"].is_null();
-                        match v["usage"]["completion_tokens"].as_u64() {
+                        };
+                        let last = first.finish_reason.is_some();
+                        match usage.and_then(|u| u.completion_tokens) {
                             Some(n) => (Some(n), last),
                             None => return Err(Failure::from("the server sent a content chunk without `usage` (it needs stream_options.continuous_usage_stats)")),
                         }
@@ -293,6 +322,7 @@ async fn stream(
                     record
                         .token_times_ns
                         .extend(std::iter::repeat_n(at, delta as usize));
+                    sent_unix_ns.push(v.meta_info.as_ref().and_then(|m| m.kbench_sent_unix_ns));
                     chunks.push(ChunkEvent {
                         id: s.id,
                         visible_ns: at,
@@ -304,6 +334,7 @@ async fn stream(
                 finished |= last;
             }
         }
+        pending.drain(..consumed);
         if done {
             break;
         }

@@ -196,6 +196,13 @@ impl GenerateFormat {
         }
         if let Some(v) = virtual_ns {
             meta.insert("kbench_virtual_ns".into(), json!(v));
+            // when the chunk left the server, so a client on the same machine can measure
+            // what it adds (benches/http_client.rs)
+            let sent = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+            meta.insert("kbench_sent_unix_ns".into(), json!(sent));
         }
         json!({
             "text": gen.text,
