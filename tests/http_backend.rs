@@ -202,7 +202,7 @@ fn failed_requests_are_counted_and_the_level_goes_on() {
         "--fail-rate",
         "0.4",
         "--fail-kinds",
-        "rate_limit,server_error,drop",
+        "rate_limit,server_error,drop,malformed",
         "--fail-seed",
         "3",
     ]);
@@ -232,11 +232,18 @@ fn failed_requests_are_counted_and_the_level_goes_on() {
         errors.iter().any(|e| e.contains("connection broke")),
         "{errors:?}"
     );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("malformed server-sent event")),
+        "{errors:?}"
+    );
     for e in &errors {
         assert!(
             e.starts_with("HTTP 429")
                 || e.starts_with("HTTP 500")
-                || e.contains("connection broke"),
+                || e.contains("connection broke")
+                || e.starts_with("malformed server-sent event"),
             "{e}"
         );
     }

@@ -154,7 +154,7 @@ pub struct ServeArgs {
     /// Fault injection: the fraction of requests answered with a fault.
     #[arg(long, default_value_t = 0.0)]
     pub fail_rate: f64,
-    /// Which faults: rate_limit, server_error, context_length, invalid_api_key, drop, stall.
+    /// Which faults: rate_limit, server_error, context_length, invalid_api_key, drop, stall, malformed.
     #[arg(long, value_delimiter = ',')]
     pub fail_kinds: Vec<String>,
     #[arg(long, default_value_t = 0)]

@@ -62,7 +62,6 @@ fn transport(message: String) -> Failure {
     }
 }
 
-
 /// What the server said of a request's verify rounds.
 #[derive(Default)]
 struct Rounds {

@@ -24,15 +24,18 @@ pub enum FaultKind {
     Drop,
     /// The stream sends its first chunk, then nothing for `stall` before the connection closes.
     Stall,
+    /// The stream sends its first chunk, then an event that is not JSON, then ends.
+    Malformed,
 }
 
-pub const ALL_KINDS: [FaultKind; 6] = [
+pub const ALL_KINDS: [FaultKind; 7] = [
     FaultKind::RateLimit,
     FaultKind::ServerError,
     FaultKind::ContextLength,
     FaultKind::InvalidApiKey,
     FaultKind::Drop,
     FaultKind::Stall,
+    FaultKind::Malformed,
 ];
 
 impl FaultKind {
@@ -44,6 +47,7 @@ impl FaultKind {
             FaultKind::InvalidApiKey => "invalid_api_key",
             FaultKind::Drop => "drop",
             FaultKind::Stall => "stall",
+            FaultKind::Malformed => "malformed",
         }
     }
 
@@ -56,7 +60,7 @@ impl FaultKind {
             }
             FaultKind::ContextLength => Some(ApiError::context_length(context_len, context_len, 1)),
             FaultKind::InvalidApiKey => Some(ApiError::unauthorized()),
-            FaultKind::Drop | FaultKind::Stall => None,
+            FaultKind::Drop | FaultKind::Stall | FaultKind::Malformed => None,
         }
     }
 }

@@ -31,6 +31,7 @@ pub trait Format: Send + 'static {
 pub enum StreamFault {
     Drop,
     Stall(Duration),
+    Malformed,
 }
 
 impl StreamFault {
@@ -38,6 +39,7 @@ impl StreamFault {
         match kind {
             Some(FaultKind::Drop) => Some(StreamFault::Drop),
             Some(FaultKind::Stall) => Some(StreamFault::Stall(stall)),
+            Some(FaultKind::Malformed) => Some(StreamFault::Malformed),
             _ => None,
         }
     }
@@ -77,6 +79,13 @@ impl<F: Format> Sse<F> {
                         return Some(Err(std::io::Error::other(
                             "injected fault: connection dropped",
                         )));
+                    }
+                    Some(StreamFault::Malformed) => {
+                        self.queue
+                            .push_back(event("{\"meta_info\": {\"completion_tokens\": "));
+                        self.queue.push_back(event("[DONE]"));
+                        self.closing = true;
+                        continue;
                     }
                     Some(StreamFault::Stall(d)) => {
                         tokio::time::sleep(d).await;
@@ -144,6 +153,14 @@ pub async fn whole<F: Format>(
     mut format: F,
     fault: Option<StreamFault>,
 ) -> Response {
+    if let Some(StreamFault::Malformed) = fault {
+        return (
+            StatusCode::OK,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            "{\"text\": ",
+        )
+            .into_response();
+    }
     if let Some(f) = fault {
         if let StreamFault::Stall(d) = f {
             tokio::time::sleep(d).await;
