@@ -709,3 +709,162 @@ fn trace_record_from_a_live_server_writes_what_its_rounds_showed() {
         "{msg}"
     );
 }
+
+#[test]
+fn every_http_backend_error_message_is_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_experiment(dir.path(), CHAIN);
+    let file = path.display().to_string();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let http = "backend.kind=\"http\"".to_string();
+    let url_of = |u: &str| format!("backend.http.url=\"{u}\"");
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = tiny_experiment(plain_dir.path(), "").display().to_string();
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        (
+            "no url",
+            vec![
+                "validate".into(),
+                file.clone(),
+                "--set".into(),
+                "backend.kind=\"http\"".into(),
+            ],
+        ),
+        (
+            "unknown api",
+            vec![
+                "validate".into(),
+                file.clone(),
+                "--set".into(),
+                http.clone(),
+                "--set".into(),
+                url_of(&dead),
+                "--set".into(),
+                "backend.http.api=\"grpc\"".into(),
+            ],
+        ),
+        (
+            "unknown key",
+            vec![
+                "validate".into(),
+                file.clone(),
+                "--set".into(),
+                http.clone(),
+                "--set".into(),
+                url_of(&dead),
+                "--set".into(),
+                "backend.http.timeout=3".into(),
+            ],
+        ),
+        (
+            "bad url",
+            vec![
+                "validate".into(),
+                file.clone(),
+                "--set".into(),
+                http.clone(),
+                "--set".into(),
+                url_of("https://example.com:x"),
+            ],
+        ),
+        (
+            "zero timeout",
+            vec![
+                "validate".into(),
+                file.clone(),
+                "--set".into(),
+                http.clone(),
+                "--set".into(),
+                url_of(&dead),
+                "--set".into(),
+                "backend.http.request_timeout_s=0".into(),
+            ],
+        ),
+        (
+            "unset key variable",
+            vec![
+                "validate".into(),
+                file.clone(),
+                "--set".into(),
+                http.clone(),
+                "--set".into(),
+                url_of(&dead),
+                "--set".into(),
+                "backend.http.api_key_env=\"KBENCH_SNAPSHOT_UNSET\"".into(),
+            ],
+        ),
+        (
+            "server-url with another backend",
+            vec![
+                "experiment".into(),
+                file.clone(),
+                "--server-url".into(),
+                dead.clone(),
+                "--backend".into(),
+                "sim".into(),
+            ],
+        ),
+        (
+            "nothing listening",
+            vec![
+                "experiment".into(),
+                file.clone(),
+                "--server-url".into(),
+                dead.clone(),
+                "--set".into(),
+                "backend.http.ready_timeout_s=0.5".into(),
+            ],
+        ),
+        (
+            "launch command missing",
+            vec![
+                "experiment".into(),
+                file.clone(),
+                "--server-url".into(),
+                "http://127.0.0.1:0".into(),
+                "--set".into(),
+                "backend.http.launch.command=[\"kbench-no-such-server\"]".into(),
+            ],
+        ),
+        (
+            "simulated acceptance without speculation",
+            vec![
+                "sglang-args".into(),
+                plain.clone(),
+                "--set".into(),
+                "backend.http.launch.acceptance=\"simulate\"".into(),
+            ],
+        ),
+        (
+            "unknown acceptance",
+            vec![
+                "sglang-args".into(),
+                file.clone(),
+                "--set".into(),
+                "backend.http.launch.acceptance=\"oracle\"".into(),
+            ],
+        ),
+    ];
+    let mut pinned = String::new();
+    for (label, args) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+            .args(&args)
+            .env_remove("KBENCH_SNAPSHOT_UNSET")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr)
+            .replace(&dead, "http://127.0.0.1:PORT")
+            .replace(&file, "exp.toml")
+            .replace(&plain, "plain.toml")
+            .replace(&dir.path().display().to_string(), "DIR");
+        assert!(!stderr.contains("panicked"), "{label}: {stderr}");
+        pinned.push_str(&format!(
+            "## {label} (exit {})\n{}\n",
+            out.status.code().unwrap_or(-1),
+            stderr.trim_end()
+        ));
+    }
+    insta::assert_snapshot!("http_error_messages", pinned);
+}
