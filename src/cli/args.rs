@@ -189,9 +189,14 @@ pub struct ExperimentArgs {
     /// Shorthand for --backend http --set backend.http.url="URL" (the seed script's flag).
     #[arg(long, value_name = "URL")]
     pub server_url: Option<String>,
-    /// Also run the simulator on the same file and print its prediction beside each level.
-    #[arg(long)]
+    /// Also run the simulator on the same file and print its prediction beside each level
+    /// (the default on the http backend, where a file the simulator cannot run gets a note
+    /// instead).
+    #[arg(long, conflicts_with = "no_predict")]
     pub predict: bool,
+    /// No prediction beside an http backend's measurement.
+    #[arg(long)]
+    pub no_predict: bool,
     /// Write the JSON report here.
     #[arg(long)]
     pub json: Option<PathBuf>,

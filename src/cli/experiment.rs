@@ -22,12 +22,22 @@ pub fn run(args: ExperimentArgs) -> CliResult<()> {
         mut reports,
         stopped,
     } = run_file_until_stopped(&args.file, &overrides, args.quiet)?;
-    if args.predict && !reports.is_empty() {
+    // a measurement from a real server is worth its prediction: asked for, or by default
+    // on the http backend
+    let measured_by_http = reports.iter().any(|r| r.backend.name == "http");
+    if (args.predict || (measured_by_http && !args.no_predict)) && !reports.is_empty() {
         let mut sim = overrides.clone();
         sim.push("backend.kind=\"sim\"".into());
-        let predicted = run_file(&args.file, &sim, true)?;
-        for (m, p) in reports.iter_mut().zip(&predicted) {
-            m.prediction = Some(kbench_core::compare::prediction(m, p));
+        match run_file(&args.file, &sim, true) {
+            Ok(predicted) => {
+                for (m, p) in reports.iter_mut().zip(&predicted) {
+                    m.prediction = Some(kbench_core::compare::prediction(m, p));
+                }
+            }
+            Err(e) if !args.predict => {
+                eprintln!("note: no prediction beside the measurement: {}", e.message);
+            }
+            Err(e) => return Err(e.prefixed("--predict")),
         }
     }
     let stdout = std::io::stdout();
