@@ -211,3 +211,32 @@ fn weights_that_do_not_fit_the_gpus_are_refused() {
         "exit code: {code}\nstdout:\n{stdout}stderr:\n{stderr}"
     ));
 }
+
+#[test]
+fn bad_request_rates_are_named() {
+    let mut out = String::new();
+    for (label, sets) in [
+        ("negative rate", vec!["benchmark.request_rate=[-1.0]"]),
+        ("nan rate", vec!["benchmark.request_rate=[nan]"]),
+        (
+            "zero burstiness",
+            vec!["benchmark.request_rate=[2.0]", "benchmark.burstiness=0.0"],
+        ),
+        (
+            "zero cap",
+            vec![
+                "benchmark.request_rate=[2.0]",
+                "benchmark.max_concurrency=0",
+            ],
+        ),
+        ("no levels", vec!["benchmark.concurrency=[]"]),
+    ] {
+        let mut args = Vec::new();
+        for s in &sets {
+            args.push("--set");
+            args.push(s);
+        }
+        out.push_str(&format!("## {label}\n{}\n", run_file(SPEC, &args)));
+    }
+    insta::assert_snapshot!(out);
+}

@@ -174,6 +174,16 @@ pub struct ExperimentArgs {
     /// Concurrency levels, replacing the file's list.
     #[arg(long, num_args = 1..)]
     pub concurrency: Vec<i64>,
+    /// Request-rate levels (requests/s, or inf), replacing the file's; alone, they replace its
+    /// concurrency levels too (as `vllm bench serve --request-rate`).
+    #[arg(long, num_args = 1.., value_name = "RATE")]
+    pub request_rate: Vec<String>,
+    /// Gamma shape of the inter-arrival gaps at rate levels (1 = Poisson).
+    #[arg(long)]
+    pub burstiness: Option<f64>,
+    /// At rate levels, at most this many requests in flight.
+    #[arg(long)]
+    pub max_concurrency: Option<i64>,
     /// Measured requests per level.
     #[arg(long, visible_alias = "num-requests")]
     pub requests_per_level: Option<i64>,

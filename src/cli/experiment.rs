@@ -211,6 +211,39 @@ fn command_line_overrides(args: &ExperimentArgs) -> CliResult<Vec<String>> {
         let list: Vec<String> = args.concurrency.iter().map(|c| c.to_string()).collect();
         o.push(format!("benchmark.concurrency=[{}]", list.join(", ")));
     }
+    if !args.request_rate.is_empty() {
+        let mut rates = Vec::new();
+        for r in &args.request_rate {
+            let v: f64 = r.trim().parse().map_err(|_| {
+                CliError::new(
+                    exit::USAGE,
+                    format!("--request-rate {r}: a number of requests per second, or inf"),
+                )
+            })?;
+            rates.push(if v.is_infinite() {
+                "inf".to_string()
+            } else {
+                format!("{v:?}")
+            });
+        }
+        o.push(format!("benchmark.request_rate=[{}]", rates.join(", ")));
+        if args.concurrency.is_empty() {
+            o.push("benchmark.concurrency=[]".into());
+        }
+    }
+    if let Some(b) = args.burstiness {
+        let toml_float = if b.is_nan() {
+            "nan".to_string()
+        } else if b.is_infinite() {
+            "inf".to_string()
+        } else {
+            format!("{b:?}")
+        };
+        o.push(format!("benchmark.burstiness={toml_float}"));
+    }
+    if let Some(n) = args.max_concurrency {
+        o.push(format!("benchmark.max_concurrency={n}"));
+    }
     if let Some(n) = args.requests_per_level {
         o.push(format!("benchmark.requests_per_level={n}"));
     }
@@ -283,8 +316,11 @@ pub fn validate(args: ValidateArgs) -> CliResult<()> {
         };
         writeln!(
             out,
-            "ok: {name}: {} on {}, tp {}, {spec}, levels {:?}",
-            e.model.name, e.hardware, e.tp_size, e.concurrency
+            "ok: {name}: {} on {}, tp {}, {spec}, levels {}",
+            e.model.name,
+            e.hardware,
+            e.tp_size,
+            describe_levels(e)
         )
         .map_err(|err| io_error(exit::OUTPUT, "writing to stdout", err))?;
         for note in &e.notes {
@@ -295,4 +331,35 @@ pub fn validate(args: ValidateArgs) -> CliResult<()> {
         }
     }
     Ok(())
+}
+
+/// The levels a file runs, as `validate` prints them: concurrency, then request rates.
+fn describe_levels(e: &kbench_core::spec::Experiment) -> String {
+    let mut parts = Vec::new();
+    if !e.concurrency.is_empty() {
+        parts.push(format!("{:?}", e.concurrency));
+    }
+    if !e.request_rates.is_empty() {
+        let rates: Vec<String> = e
+            .request_rates
+            .iter()
+            .map(|r| {
+                if r.is_infinite() {
+                    "inf".into()
+                } else {
+                    r.to_string()
+                }
+            })
+            .collect();
+        let cap = e
+            .max_concurrency
+            .map(|c| format!(", max_concurrency {c}"))
+            .unwrap_or_default();
+        parts.push(format!(
+            "request rates [{}]/s (burstiness {}{cap})",
+            rates.join(", "),
+            e.burstiness
+        ));
+    }
+    parts.join(" then ")
 }

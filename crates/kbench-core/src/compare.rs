@@ -35,6 +35,8 @@ pub struct Prediction {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PredictedLevel {
     pub concurrency: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_rate: Option<f64>,
     pub metrics: Vec<PredictedMetric>,
 }
 
@@ -55,9 +57,10 @@ pub fn prediction(measured: &Report, predicted: &Report) -> Prediction {
             let p = predicted
                 .levels
                 .iter()
-                .find(|p| p.concurrency == m.concurrency)?;
+                .find(|p| LevelKey::of(p) == LevelKey::of(m))?;
             Some(PredictedLevel {
                 concurrency: m.concurrency,
+                request_rate: m.request_rate,
                 metrics: COMPARED
                     .iter()
                     .map(|name| {
@@ -114,10 +117,36 @@ pub fn reports_from_json(text: &str) -> Result<Vec<Report>, ReportReadError> {
     }
 }
 
+/// What makes two reports' levels the same level: the clients, or the request rate (and its
+/// cap).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct LevelKey {
+    /// Closed-loop levels first, then rate levels by rate.
+    pub request_rate: Option<f64>,
+    pub concurrency: u32,
+}
+
+impl LevelKey {
+    pub fn of(m: &LevelMetrics) -> LevelKey {
+        LevelKey {
+            request_rate: m.request_rate,
+            concurrency: m.concurrency,
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match self.request_rate {
+            Some(r) if r.is_infinite() => "inf/s".into(),
+            Some(r) => format!("{r}/s"),
+            None => self.concurrency.to_string(),
+        }
+    }
+}
+
 /// The value of a compared metric at one level of a report.
-pub fn metric_at(levels: &[LevelMetrics], concurrency: u32, name: &str) -> Option<f64> {
+pub fn metric_at(levels: &[LevelMetrics], key: LevelKey, name: &str) -> Option<f64> {
     levels
         .iter()
-        .find(|m| m.concurrency == concurrency)
+        .find(|m| LevelKey::of(m) == key)
         .and_then(|m| level_metric(m, name))
 }

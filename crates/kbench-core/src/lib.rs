@@ -2,6 +2,7 @@
 
 pub mod acceptance;
 pub mod arch;
+pub mod arrivals;
 pub mod atomic;
 pub mod backend;
 pub mod compare;

@@ -16,7 +16,23 @@ use crate::backend::RequestRecord;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LevelMetrics {
+    /// Closed-loop clients; at a `request_rate` level, its `max_concurrency` (0: no cap).
     pub concurrency: u32,
+    /// A rate level's requests per second (`vllm bench serve`'s `request_rate`); all at once
+    /// is written `"inf"`, which JSON numbers cannot hold.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rate_json")]
+    pub request_rate: Option<f64>,
+    /// A rate level's most requests in flight at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_requests: Option<u32>,
+    /// A rate level's wait at the client between a request's arrival and its sending (only
+    /// under `max_concurrency`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_queue_delay_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_queue_delay_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_queue_delay_ms: Option<f64>,
     pub completed: u32,
     /// Measured requests that failed (bench_serving's `failed`), and their distinct reasons.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -149,6 +165,11 @@ pub fn level_metrics(concurrency: u32, records: &[RequestRecord]) -> LevelMetric
         median_e2e_latency_ms: e2e.median,
         p99_e2e_latency_ms: e2e.p99,
         server_spec: None,
+        request_rate: None,
+        max_concurrent_requests: None,
+        mean_queue_delay_ms: None,
+        median_queue_delay_ms: None,
+        p99_queue_delay_ms: None,
     }
 }
 
@@ -241,5 +262,74 @@ mod tests {
     fn percentile_interpolates() {
         assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 50.0), 2.5);
         assert_eq!(percentile(&[5.0], 99.0), 5.0);
+    }
+}
+
+/// `request_rate` in JSON: a number, or `"inf"`.
+mod rate_json {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(r) if r.is_infinite() => s.serialize_str("inf"),
+            Some(r) => s.serialize_f64(*r),
+            None => s.serialize_none(),
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Rate {
+        Number(f64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+        match Option::<Rate>::deserialize(d)? {
+            None => Ok(None),
+            Some(Rate::Number(r)) => Ok(Some(r)),
+            Some(Rate::Text(t)) if t == "inf" => Ok(Some(f64::INFINITY)),
+            Some(Rate::Text(t)) => Err(serde::de::Error::custom(format!(
+                "request_rate `{t}`: a number or \"inf\""
+            ))),
+        }
+    }
+}
+
+/// A list of request rates in JSON, each a number or `"inf"`.
+pub(crate) mod rates_json {
+    use serde::ser::SerializeSeq;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[f64], s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(v.len()))?;
+        for r in v {
+            if r.is_infinite() {
+                seq.serialize_element("inf")?;
+            } else {
+                seq.serialize_element(r)?;
+            }
+        }
+        seq.end()
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Rate {
+        Number(f64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+        Vec::<Rate>::deserialize(d)?
+            .into_iter()
+            .map(|r| match r {
+                Rate::Number(r) => Ok(r),
+                Rate::Text(t) if t == "inf" => Ok(f64::INFINITY),
+                Rate::Text(t) => Err(serde::de::Error::custom(format!(
+                    "request_rate `{t}`: a number or \"inf\""
+                ))),
+            })
+            .collect()
     }
 }

@@ -46,6 +46,17 @@ pub struct ExperimentSummary {
     pub max_tokens: u32,
     pub input_len: [u32; 2],
     pub concurrency: Vec<u32>,
+    /// Request-rate levels, run after the concurrency levels (`"inf"`: all at once).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "crate::metrics::rates_json"
+    )]
+    pub request_rate: Vec<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burstiness: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u32>,
     pub requests_per_level: u32,
     pub warmup_requests: u32,
     pub assumptions: Vec<String>,
@@ -121,6 +132,9 @@ fn rounded(m: &LevelMetrics) -> LevelMetrics {
         mean_e2e_latency_ms: r3(m.mean_e2e_latency_ms),
         median_e2e_latency_ms: r3(m.median_e2e_latency_ms),
         p99_e2e_latency_ms: r3(m.p99_e2e_latency_ms),
+        mean_queue_delay_ms: m.mean_queue_delay_ms.map(r3),
+        median_queue_delay_ms: m.median_queue_delay_ms.map(r3),
+        p99_queue_delay_ms: m.p99_queue_delay_ms.map(r3),
         ..m.clone()
     }
 }
@@ -160,6 +174,11 @@ pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> Experime
         max_tokens: exp.max_tokens,
         input_len: [exp.input_len.0, exp.input_len.1],
         concurrency: exp.concurrency.clone(),
+        request_rate: exp.request_rates.clone(),
+        burstiness: (!exp.request_rates.is_empty()).then_some(exp.burstiness),
+        max_concurrency: exp
+            .max_concurrency
+            .filter(|_| !exp.request_rates.is_empty()),
         requests_per_level: exp.requests_per_level,
         warmup_requests: exp.warmup_requests,
         assumptions: exp.file.assumptions.clone(),

@@ -100,9 +100,9 @@ fn binary_errors() {
     let good = sample_bytes();
     insta::assert_snapshot!("bad_magic", err(b"PK\x03\x04 zip file"));
     insta::assert_snapshot!("empty", err(b""));
-    let mut v2 = good.clone();
-    v2[8] = 2;
-    insta::assert_snapshot!("version", err(&v2));
+    let mut v3 = good.clone();
+    v3[8] = 3;
+    insta::assert_snapshot!("version", err(&v3));
     let cut = &good[..good.len() - 20];
     insta::assert_snapshot!("truncated_body", err(cut));
     insta::assert_snapshot!("truncated_magic", err(&good[..5]));

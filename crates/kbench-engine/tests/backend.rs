@@ -163,3 +163,58 @@ fn engine_session_advances_to_deadlines_and_cancels() {
     }
     assert!(session.take_chunks().is_empty());
 }
+
+#[test]
+fn engine_backend_runs_request_rate_levels() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(ensure_tiny_model(&dir.path().join("models/tiny")).unwrap());
+    let exp_text = r#"
+name = "engine_rate_test"
+seed = 7
+[model]
+config = "models/tiny/config.json"
+[hardware]
+preset = "h200"
+[server]
+tp_size = 1
+[draft]
+config = "models/tiny/draft/config.json"
+[speculative]
+algorithm = "EAGLE3"
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+[workload]
+max_tokens = 12
+input_len = 16
+[benchmark]
+request_rate = [50.0, inf]
+max_concurrency = 2
+requests_per_level = 6
+warmup_requests = 1
+[backend]
+kind = "engine"
+"#;
+    let path = dir.path().join("exp.toml");
+    std::fs::write(&path, exp_text).unwrap();
+    let exp = &load_experiment(&path, &[]).unwrap()[0].experiment;
+    let mut backend = EngineBackend::new(exp).unwrap();
+    let levels = run_levels(
+        &mut backend,
+        &LoadPlan::from_experiment(exp),
+        &mut NoProgress,
+    )
+    .unwrap();
+    assert_eq!(levels.len(), 2);
+    for l in &levels {
+        let m = &l.metrics;
+        assert_eq!(m.completed, 6);
+        assert_eq!(m.concurrency, 2);
+        assert!(m.max_concurrent_requests.unwrap() <= 2);
+        assert!(l.records.iter().all(|r| r.token_times_ns.len() == 12));
+    }
+    // all at once behind a cap of 2: the later requests wait at the client
+    let inf = &levels[1].metrics;
+    assert_eq!(inf.request_rate, Some(f64::INFINITY));
+    assert!(inf.p99_queue_delay_ms.unwrap() > 0.0);
+}

@@ -222,3 +222,68 @@ fn sim_advance_to_matches_run_until_completion() {
     }
     assert!(!s.cancel(0), "finished requests are gone");
 }
+
+fn rate_experiment(rates: &str, cap: Option<u32>, burstiness: f64) -> Experiment {
+    let cap = cap
+        .map(|c| format!("max_concurrency = {c}\n"))
+        .unwrap_or_default();
+    let text = format!(
+        "name = \"t\"\nseed = 7\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-rtx-pro-6000-server\"\n\
+         [server]\ntp_size = 8\n[draft]\npreset = \"kimi-k2.5-eagle3\"\n[speculative]\nalgorithm = \"EAGLE3\"\nnum_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\n\
+         [workload]\nmax_tokens = 40\ninput_len = 64\n\
+         [benchmark]\nrequest_rate = {rates}\nburstiness = {burstiness}\n{cap}requests_per_level = 40\nwarmup_requests = 2\n"
+    );
+    load_experiment_str(&text, Path::new("test.toml"), &[])
+        .unwrap()
+        .remove(0)
+        .experiment
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Open-loop levels: every request finishes once, the cap is never passed, a request is
+    /// never timed from before it arrived, and the same inputs give the same bytes.
+    #[test]
+    fn rate_levels_finish_everything_within_the_cap(
+        rate in 0.5f64..40.0,
+        cap in proptest::option::of(1u32..24),
+        burstiness in 0.25f64..4.0,
+    ) {
+        let exp = rate_experiment(&format!("[{rate}, inf]"), cap, burstiness);
+        let acc: Arc<dyn AcceptanceModel> = Arc::new(DepthRateAcceptance::kimi_chat(7));
+        let levels = run(&exp, acc.clone());
+        prop_assert_eq!(levels.len(), 2);
+        for l in &levels {
+            let m = &l.metrics;
+            prop_assert_eq!(m.completed, 40);
+            prop_assert!(m.request_rate.is_some());
+            let peak = m.max_concurrent_requests.unwrap();
+            prop_assert!(peak >= 1 && peak <= cap.unwrap_or(u32::MAX), "peak {}", peak);
+            let mut ids: Vec<u64> = l.records.iter().map(|r| r.id).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            prop_assert_eq!(ids.len(), 42);
+            for r in &l.records {
+                prop_assert!(r.token_times_ns[0] >= r.submitted_ns);
+            }
+            if cap.is_none() {
+                prop_assert_eq!(m.p99_queue_delay_ms, Some(0.0));
+            }
+        }
+        let again = run(&exp, acc);
+        prop_assert_eq!(records(&levels), records(&again));
+    }
+}
+
+#[test]
+fn a_higher_rate_never_lowers_the_wait_for_a_capped_client() {
+    let exp = rate_experiment("[1, 4, 16, inf]", Some(4), 1.0);
+    let levels = run(&exp, Arc::new(DepthRateAcceptance::kimi_chat(7)));
+    let waits: Vec<f64> = levels
+        .iter()
+        .map(|l| l.metrics.mean_queue_delay_ms.unwrap())
+        .collect();
+    assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+    assert!(waits[3] > waits[0]);
+}

@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use kbench_core::compare::{metric_at, pct, COMPARED};
+use kbench_core::compare::{metric_at, pct, LevelKey, COMPARED};
 use kbench_core::report::Report;
 
 use super::table::write_rows;
@@ -39,12 +39,14 @@ pub fn write_comparison(
         writeln!(out, "   {l}")?;
         writeln!(out, "      {}", r.backend.description)?;
     }
-    let mut levels: Vec<u32> = reports
-        .iter()
-        .flat_map(|r| r.levels.iter().map(|m| m.concurrency))
-        .collect();
-    levels.sort_unstable();
-    levels.dedup();
+    let mut levels: Vec<LevelKey> = Vec::new();
+    for m in reports.iter().flat_map(|r| &r.levels) {
+        let k = LevelKey::of(m);
+        if !levels.contains(&k) {
+            levels.push(k);
+        }
+    }
+    levels.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     for metric in COMPARED {
         let decimals = if metric.contains("throughput") { 1 } else { 2 };
         let mut header = vec!["C".to_string()];
@@ -57,7 +59,7 @@ pub fn write_comparison(
         let mut rows = vec![header];
         for &c in &levels {
             let base = metric_at(&reports[0].levels, c, metric);
-            let mut row = vec![c.to_string()];
+            let mut row = vec![c.label()];
             let mut any = false;
             for (i, r) in reports.iter().enumerate() {
                 let v = metric_at(&r.levels, c, metric);

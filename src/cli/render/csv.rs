@@ -2,7 +2,7 @@
 
 use kbench_core::report::Report;
 
-const COLUMNS: &str = "experiment,variant,backend,concurrency,completed,duration_s,output_throughput,per_request_output_throughput,accept_length,mean_ttft_ms,median_ttft_ms,p99_ttft_ms,mean_tpot_ms,median_tpot_ms,p99_tpot_ms,mean_itl_ms,median_itl_ms,p99_itl_ms,median_e2e_latency_ms,p99_e2e_latency_ms";
+const COLUMNS: &str = "experiment,variant,backend,concurrency,completed,duration_s,output_throughput,per_request_output_throughput,accept_length,mean_ttft_ms,median_ttft_ms,p99_ttft_ms,mean_tpot_ms,median_tpot_ms,p99_tpot_ms,mean_itl_ms,median_itl_ms,p99_itl_ms,median_e2e_latency_ms,p99_e2e_latency_ms,request_rate,max_concurrent_requests,median_queue_delay_ms,p99_queue_delay_ms";
 
 pub fn levels_csv(reports: &[Report]) -> String {
     let mut s = String::from(COLUMNS);
@@ -30,6 +30,12 @@ pub fn levels_csv(reports: &[Report]) -> String {
                 m.p99_itl_ms.to_string(),
                 m.median_e2e_latency_ms.to_string(),
                 m.p99_e2e_latency_ms.to_string(),
+                opt(m.request_rate),
+                m.max_concurrent_requests
+                    .map(|n| n.to_string())
+                    .unwrap_or_default(),
+                opt(m.median_queue_delay_ms),
+                opt(m.p99_queue_delay_ms),
             ];
             s.push_str(&fields.join(","));
             s.push('\n');
@@ -44,4 +50,8 @@ fn quote(v: &str) -> String {
     } else {
         v.to_string()
     }
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
 }

@@ -36,7 +36,7 @@ pub fn throughput_svg(reports: &[Report]) -> String {
 pub fn labelled_throughput_svg(reports: &[Report], labels: &[String], title: &str) -> String {
     let concurrencies: Vec<u32> = reports
         .iter()
-        .flat_map(|r| r.levels.iter().map(|m| m.concurrency))
+        .flat_map(|r| closed_loop(r).map(|m| m.concurrency))
         .collect();
     let c_min = concurrencies.iter().copied().min().unwrap_or(1).max(1) as f64;
     let c_max = (concurrencies.iter().copied().max().unwrap_or(1) as f64).max(c_min * 2.0);
@@ -103,9 +103,7 @@ pub fn labelled_throughput_svg(reports: &[Report], labels: &[String], title: &st
     );
     for (i, r) in reports.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let points: Vec<String> = r
-            .levels
-            .iter()
+        let points: Vec<String> = closed_loop(r)
             .map(|m| {
                 format!(
                     "{:.1},{:.1}",
@@ -119,7 +117,7 @@ pub fn labelled_throughput_svg(reports: &[Report], labels: &[String], title: &st
             r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
             points.join(" ")
         );
-        for m in &r.levels {
+        for m in closed_loop(r) {
             let _ = writeln!(
                 s,
                 r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#,
@@ -185,4 +183,9 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// The concurrency levels: the axis is clients, so request-rate levels are left out.
+fn closed_loop(r: &Report) -> impl Iterator<Item = &kbench_core::metrics::LevelMetrics> {
+    r.levels.iter().filter(|m| m.request_rate.is_none())
 }

@@ -65,7 +65,7 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
     let mut rows: Vec<Vec<String>> = vec![HEADER.iter().map(|h| h.to_string()).collect()];
     for m in &r.levels {
         rows.push(vec![
-            m.concurrency.to_string(),
+            level_label(m),
             m.completed.to_string(),
             format!("{:.1}", m.output_throughput),
             format!("{:.1}", m.per_request_output_throughput),
@@ -83,6 +83,22 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
         ]);
     }
     write_rows(out, &rows)?;
+    for m in &r.levels {
+        let (Some(_), Some(peak)) = (m.request_rate, m.max_concurrent_requests) else {
+            continue;
+        };
+        let cap = match m.concurrency {
+            0 => "no cap".to_string(),
+            c => format!("max_concurrency {c}"),
+        };
+        writeln!(
+            out,
+            "   {}: {cap}, at most {peak} in flight; queueing at the client p50 {} ms, p99 {} ms",
+            level_label(m),
+            ms(m.median_queue_delay_ms.unwrap_or(0.0)),
+            ms(m.p99_queue_delay_ms.unwrap_or(0.0)),
+        )?;
+    }
     for m in r.levels.iter().filter(|m| m.failed > 0) {
         writeln!(
             out,
@@ -101,8 +117,11 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
             .collect();
         writeln!(
             out,
-            "   C={}: the server counted {} drafts, accept length {}, per position [{}] ({})",
-            m.concurrency,
+            "   {}: the server counted {} drafts, accept length {}, per position [{}] ({})",
+            match m.request_rate {
+                Some(_) => level_label(m),
+                None => format!("C={}", m.concurrency),
+            },
             s.num_drafts,
             s.acceptance_length
                 .map(|a| format!("{a:.2}"))
@@ -111,10 +130,16 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
             s.source
         )?;
     }
+    let at = r
+        .levels
+        .iter()
+        .find(|m| m.request_rate.is_some() && m.output_throughput == r.saturation_output_throughput)
+        .map(level_label)
+        .unwrap_or_else(|| format!("C={}", r.saturation_concurrency));
     writeln!(
         out,
-        "   saturation: {:.1} output tok/s at C={}",
-        r.saturation_output_throughput, r.saturation_concurrency
+        "   saturation: {:.1} output tok/s at {at}",
+        r.saturation_output_throughput
     )?;
     if let Some(reference) = &r.reference {
         writeln!(out, "   reference: {}", reference.source)?;
@@ -246,6 +271,10 @@ pub fn write_measured_vs_predicted(out: &mut dyn Write, measured: &Report) -> st
     .collect()];
     for level in &p.levels {
         let get = |name: &str| level.metrics.iter().find(|m| m.metric == name);
+        let key = kbench_core::compare::LevelKey {
+            request_rate: level.request_rate,
+            concurrency: level.concurrency,
+        };
         let (Some(out_tps), Some(tpot), Some(acc)) = (
             get("output_throughput"),
             get("median_tpot_ms"),
@@ -255,7 +284,7 @@ pub fn write_measured_vs_predicted(out: &mut dyn Write, measured: &Report) -> st
         };
         let num = |v: Option<f64>, f: fn(f64) -> String| v.map(f).unwrap_or_else(|| "-".into());
         rows.push(vec![
-            level.concurrency.to_string(),
+            key.label(),
             num(out_tps.measured, |v| format!("{v:.1}")),
             num(out_tps.predicted, |v| format!("{v:.1}")),
             err(out_tps.error_pct),
@@ -268,4 +297,9 @@ pub fn write_measured_vs_predicted(out: &mut dyn Write, measured: &Report) -> st
     }
     write_rows(out, &rows)?;
     writeln!(out)
+}
+
+/// A level's name in the tables: its clients, or its request rate.
+pub fn level_label(m: &kbench_core::metrics::LevelMetrics) -> String {
+    kbench_core::compare::LevelKey::of(m).label()
 }

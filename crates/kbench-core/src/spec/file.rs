@@ -160,7 +160,20 @@ pub struct WorkloadSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BenchmarkSection {
+    /// Closed-loop levels: this many clients, each sending its next request when its
+    /// previous one finishes.
+    #[serde(default)]
     pub concurrency: Vec<i64>,
+    /// Open-loop levels, run after the concurrency levels: requests per second (`inf`: all
+    /// at once), as `vllm bench serve --request-rate`.
+    #[serde(default)]
+    pub request_rate: Vec<f64>,
+    /// Gamma shape of the inter-arrival gaps (1 = Poisson; smaller is burstier).
+    #[serde(default)]
+    pub burstiness: Option<f64>,
+    /// At most this many requests in flight at a rate level (the rest wait at the client).
+    #[serde(default)]
+    pub max_concurrency: Option<i64>,
     pub requests_per_level: i64,
     #[serde(default)]
     pub warmup_requests: i64,

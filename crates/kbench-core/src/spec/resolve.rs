@@ -38,6 +38,10 @@ pub struct Experiment {
     pub max_running_requests: u32,
     pub cuda_graph_max_bs: u32,
     pub concurrency: Vec<u32>,
+    /// `request_rate` levels (requests/s, `f64::INFINITY` for all at once).
+    pub request_rates: Vec<f64>,
+    pub burstiness: f64,
+    pub max_concurrency: Option<u32>,
     pub requests_per_level: u32,
     pub warmup_requests: u32,
     pub max_tokens: u32,
@@ -237,13 +241,41 @@ pub(crate) fn resolve(
     };
 
     let b = &file.benchmark;
-    if b.concurrency.is_empty() {
+    if b.concurrency.is_empty() && b.request_rate.is_empty() {
         return Err(invalid(
             "benchmark.concurrency",
-            "the concurrency list is empty".into(),
-            "list at least one level, e.g. concurrency = [1, 8, 64]",
+            "the benchmark has no levels: both concurrency and request_rate are empty".into(),
+            "list at least one level, e.g. concurrency = [1, 8, 64] or request_rate = [1, 4, inf]",
         ));
     }
+    for &r in &b.request_rate {
+        if !(r > 0.0) {
+            return Err(invalid(
+                "benchmark.request_rate",
+                format!("request_rate {r} is not a positive rate"),
+                "use requests per second above 0, or inf for all at once",
+            ));
+        }
+    }
+    let burstiness = b.burstiness.unwrap_or(1.0);
+    if !(burstiness > 0.0 && burstiness.is_finite()) {
+        return Err(invalid(
+            "benchmark.burstiness",
+            format!("burstiness = {burstiness} must be a finite number above 0"),
+            "1 is a Poisson process; smaller is burstier, larger more even",
+        ));
+    }
+    let max_concurrency = match b.max_concurrency {
+        None => None,
+        Some(n) if n > 0 && n <= u32::MAX as i64 => Some(n as u32),
+        Some(n) => {
+            return Err(invalid(
+                "benchmark.max_concurrency",
+                format!("max_concurrency = {n} is not a positive count"),
+                "use 1 or more, or leave it out for no cap",
+            ))
+        }
+    };
     let mut concurrency = Vec::with_capacity(b.concurrency.len());
     for &c in &b.concurrency {
         if c <= 0 || c > u32::MAX as i64 {
@@ -344,6 +376,9 @@ pub(crate) fn resolve(
         input_len,
         trace,
         concurrency,
+        request_rates: b.request_rate.clone(),
+        burstiness,
+        max_concurrency,
         notes,
         spec,
         model,

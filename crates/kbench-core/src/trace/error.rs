@@ -19,7 +19,7 @@ pub enum TraceError {
     },
     #[error("{path}: not a kbench trace: starts with {found}, expected the binary magic \"KBTRACE\\0\" or a JSONL header line")]
     BadMagic { path: PathBuf, found: String },
-    #[error("{path}: trace format version {version} is not supported (this kbench reads version {supported})")]
+    #[error("{path}: trace format version {version} is not supported (this kbench reads versions 1 to {supported})")]
     UnsupportedVersion {
         path: PathBuf,
         version: u64,
