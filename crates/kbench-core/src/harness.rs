@@ -2,7 +2,7 @@
 
 use rand::RngExt;
 
-use crate::backend::{Backend, BackendError, Nanos, Request, RequestRecord};
+use crate::backend::{Backend, BackendError, Nanos, Request, RequestRecord, Session};
 use crate::metrics::{level_metrics, LevelMetrics};
 use crate::seed::rng_for;
 
@@ -112,7 +112,7 @@ pub fn run_levels_until_stopped(
         .concurrency
         .iter()
         .map(|&c| Level::Clients(c))
-        .chain(plan.request_rates.iter().map(|&r| Level::Rate(r)));
+        .chain((0..plan.request_rates.len()).map(Level::Rate));
     for level in kinds {
         if crate::interrupt::requested() {
             return Run {
@@ -122,7 +122,7 @@ pub fn run_levels_until_stopped(
         }
         let result = match level {
             Level::Clients(c) => run_level(backend, plan, c, progress),
-            Level::Rate(r) => run_rate_level(backend, plan, r, progress),
+            Level::Rate(index) => run_rate_level(backend, plan, index, progress),
         };
         match result {
             Ok(level) => levels.push(level),
@@ -140,73 +140,131 @@ pub fn run_levels_until_stopped(
     }
 }
 
+enum Level {
+    Clients(u32),
+    /// The index of a rate in `plan.request_rates`.
+    Rate(usize),
+}
+
+/// A level in progress: its session, what finished, and the progress count.
+struct LevelRun<'s, 'p> {
+    session: Box<dyn Session + 's>,
+    backend: &'static str,
+    progress: &'p mut dyn Progress,
+    /// The level's name for progress (clients, or a rate level's cap).
+    label: u32,
+    total: u32,
+    records: Vec<RequestRecord>,
+    in_flight: u32,
+}
+
+impl LevelRun<'_, '_> {
+    /// Serves until at least one request finishes; stops on a stall or Ctrl-C.
+    fn wait(&mut self) -> Result<Vec<RequestRecord>, BackendError> {
+        let finished = self.session.run_until_completion()?;
+        if finished.is_empty() {
+            return Err(BackendError::Stalled {
+                backend: self.backend,
+                pending: self.in_flight as usize,
+            });
+        }
+        self.check_interrupt()?;
+        Ok(finished)
+    }
+
+    fn check_interrupt(&self) -> Result<(), BackendError> {
+        if crate::interrupt::requested() {
+            return Err(BackendError::Interrupted);
+        }
+        Ok(())
+    }
+
+    fn submit(&mut self, request: Request) -> Result<(), BackendError> {
+        self.session.submit(request)?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    fn finished(&mut self, record: RequestRecord) {
+        self.in_flight -= 1;
+        self.records.push(record);
+        self.progress
+            .request_finished(self.label, self.records.len() as u32, self.total);
+    }
+
+    /// `count` requests (ids under `key`) from `clients` closed-loop clients, each sending
+    /// its next request the moment its previous one finishes.
+    fn closed_loop(
+        &mut self,
+        plan: &LoadPlan,
+        key: u32,
+        clients: u32,
+        warmup: bool,
+        count: u32,
+    ) -> Result<(), BackendError> {
+        let mut next = 0u32;
+        while next < count && self.in_flight < clients {
+            self.submit(make_request(plan, key, next, warmup))?;
+            next += 1;
+        }
+        while self.in_flight > 0 {
+            for record in self.wait()? {
+                self.finished(record);
+                if next < count {
+                    self.submit(make_request(plan, key, next, warmup))?;
+                    next += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn end(mut self, metrics_of: impl FnOnce(&[RequestRecord]) -> LevelMetrics) -> LevelResult {
+        let server_spec = self.session.server_counters();
+        drop(self.session);
+        self.progress.level_finished(self.label);
+        let mut metrics = metrics_of(&self.records);
+        metrics.server_spec = server_spec;
+        LevelResult {
+            concurrency: self.label,
+            records: self.records,
+            metrics,
+        }
+    }
+}
+
+fn start<'s, 'p>(
+    backend: &'s mut dyn Backend,
+    plan: &LoadPlan,
+    label: u32,
+    clients: u32,
+    progress: &'p mut dyn Progress,
+) -> Result<LevelRun<'s, 'p>, BackendError> {
+    let total = plan.warmup_requests + plan.requests_per_level;
+    progress.level_started(label, total);
+    let name = backend.name();
+    Ok(LevelRun {
+        session: backend.start_level(clients)?,
+        backend: name,
+        progress,
+        label,
+        total,
+        records: Vec::with_capacity(total as usize),
+        in_flight: 0,
+    })
+}
+
 fn run_level(
     backend: &mut dyn Backend,
     plan: &LoadPlan,
     c: u32,
     progress: &mut dyn Progress,
 ) -> Result<LevelResult, BackendError> {
-    {
-        let total = plan.warmup_requests + plan.requests_per_level;
-        progress.level_started(c, total);
-        let backend_name = backend.name();
-        let mut session = backend.start_level(c)?;
-        let mut done = 0u32;
-        let mut records = Vec::with_capacity(total as usize);
-        for (warmup, count) in [
-            (true, plan.warmup_requests),
-            (false, plan.requests_per_level),
-        ] {
-            if !warmup {
-                session.measured_started();
-            }
-            let mut next = 0u32;
-            let mut in_flight = 0u32;
-            while next < count && in_flight < c {
-                session.submit(make_request(plan, c, next, warmup))?;
-                next += 1;
-                in_flight += 1;
-            }
-            while in_flight > 0 {
-                let finished = session.run_until_completion()?;
-                if finished.is_empty() {
-                    return Err(BackendError::Stalled {
-                        backend: backend_name,
-                        pending: in_flight as usize,
-                    });
-                }
-                if crate::interrupt::requested() {
-                    return Err(BackendError::Interrupted);
-                }
-                for record in finished {
-                    in_flight -= 1;
-                    done += 1;
-                    progress.request_finished(c, done, total);
-                    records.push(record);
-                    if next < count {
-                        session.submit(make_request(plan, c, next, warmup))?;
-                        next += 1;
-                        in_flight += 1;
-                    }
-                }
-            }
-        }
-        let server_spec = session.server_counters();
-        drop(session);
-        progress.level_finished(c);
-        let mut metrics = level_metrics(c, &records);
-        metrics.server_spec = server_spec;
-        Ok(LevelResult {
-            concurrency: c,
-            records,
-            metrics,
-        })
-    }
-}
-
-enum Level {
-    Clients(u32),
-    Rate(f64),
+    let mut level = start(backend, plan, c, c, progress)?;
+    level.closed_loop(plan, c, c, true, plan.warmup_requests)?;
+    level.session.measured_started();
+    level.closed_loop(plan, c, c, false, plan.requests_per_level)?;
+    Ok(level.end(|records| level_metrics(c, records)))
 }
 
 /// The id space of a rate level: its requests' ids must differ from every concurrency
@@ -216,70 +274,24 @@ fn rate_level_key(index: usize) -> u32 {
 }
 
 /// One open-loop level: warm-up requests first, closed-loop at the cap (or all at once),
-/// then `requests_per_level` requests arriving at `rate` per second with the plan's
-/// burstiness, each submitted at its arrival unless `max_concurrency` are in flight, in which
-/// case it waits at the client (its queueing delay) for the next to finish.
+/// then `requests_per_level` requests arriving at the rate with the plan's burstiness, each
+/// submitted at its arrival unless `max_concurrency` are in flight, in which case it waits
+/// at the client (its queueing delay) for the next to finish.
 fn run_rate_level(
     backend: &mut dyn Backend,
     plan: &LoadPlan,
-    rate: f64,
+    index: usize,
     progress: &mut dyn Progress,
 ) -> Result<LevelResult, BackendError> {
-    let index = plan
-        .request_rates
-        .iter()
-        .position(|&r| r == rate)
-        .unwrap_or(0);
+    let rate = plan.request_rates[index];
     let key = rate_level_key(index);
     let cap = plan.max_concurrency.unwrap_or(u32::MAX);
-    let total = plan.warmup_requests + plan.requests_per_level;
     let label = plan.max_concurrency.unwrap_or(0);
-    progress.level_started(label, total);
-    let backend_name = backend.name();
-    let mut session = backend.start_level(cap)?;
-    let mut records = Vec::with_capacity(total as usize);
-    let mut done = 0u32;
-    // requests sent the moment they arrived: their times count from the arrival, which may
-    // fall inside the forward the session was running then (the server's wait, not the
-    // client's)
-    let mut arrived_at: std::collections::HashMap<u64, Nanos> = Default::default();
-    let mut finish = |records: &mut Vec<RequestRecord>,
-                      finished: Vec<RequestRecord>,
-                      in_flight: &mut u32,
-                      arrived_at: &mut std::collections::HashMap<u64, Nanos>| {
-        for mut r in finished {
-            if let Some(at) = arrived_at.remove(&r.id) {
-                r.submitted_ns = at.min(r.submitted_ns);
-            }
-            *in_flight -= 1;
-            done += 1;
-            progress.request_finished(label, done, total);
-            records.push(r);
-        }
-    };
-    // warm-up: closed loop at the cap, bounded by the warm-up count
-    let warm_cap = cap.min(plan.warmup_requests.max(1));
-    let (mut next, mut in_flight) = (0u32, 0u32);
-    while next < plan.warmup_requests || in_flight > 0 {
-        while next < plan.warmup_requests && in_flight < warm_cap {
-            session.submit(make_request(plan, key, next, true))?;
-            next += 1;
-            in_flight += 1;
-        }
-        let finished = session.run_until_completion()?;
-        if finished.is_empty() {
-            return Err(BackendError::Stalled {
-                backend: backend_name,
-                pending: in_flight as usize,
-            });
-        }
-        if crate::interrupt::requested() {
-            return Err(BackendError::Interrupted);
-        }
-        finish(&mut records, finished, &mut in_flight, &mut arrived_at);
-    }
-    session.measured_started();
-    let origin = session.now_ns();
+    let mut level = start(backend, plan, label, cap, progress)?;
+    let warm_clients = cap.min(plan.warmup_requests.max(1));
+    level.closed_loop(plan, key, warm_clients, true, plan.warmup_requests)?;
+    level.session.measured_started();
+    let origin = level.session.now_ns();
     let arrivals = crate::arrivals::arrival_times(
         plan.seed,
         key as u64,
@@ -287,6 +299,10 @@ fn run_rate_level(
         rate,
         plan.burstiness,
     );
+    // requests sent the moment they arrived: their times count from the arrival, which may
+    // fall inside the forward the session was running then (the server's wait, not the
+    // client's)
+    let mut arrived_at: std::collections::HashMap<u64, Nanos> = Default::default();
     // (index, arrival, whether every slot was taken when it arrived)
     let mut waiting: std::collections::VecDeque<(u32, Nanos, bool)> = Default::default();
     let mut full = false;
@@ -294,66 +310,56 @@ fn run_rate_level(
     let mut max_in_flight = 0u32;
     let mut arrived = 0usize;
     loop {
-        let now = session.now_ns();
+        let now = level.session.now_ns();
         while arrived < arrivals.len() && origin + arrivals[arrived] <= now {
             waiting.push_back((arrived as u32, origin + arrivals[arrived], full));
             arrived += 1;
         }
-        while in_flight < cap {
+        while level.in_flight < cap {
             let Some((index, at, waited)) = waiting.pop_front() else {
                 break;
             };
             let request = make_request(plan, key, index, false);
-            if !waited {
+            if waited {
+                queue_delays_ns.push(now.saturating_sub(at));
+            } else {
                 // a slot was free when it arrived: no wait at the client
                 queue_delays_ns.push(0);
                 arrived_at.insert(request.id, at);
-            } else {
-                queue_delays_ns.push(session.now_ns().saturating_sub(at));
             }
-            session.submit(request)?;
-            in_flight += 1;
-            max_in_flight = max_in_flight.max(in_flight);
+            level.submit(request)?;
+            max_in_flight = max_in_flight.max(level.in_flight);
         }
-        if arrived == arrivals.len() && waiting.is_empty() && in_flight == 0 {
+        if arrived == arrivals.len() && waiting.is_empty() && level.in_flight == 0 {
             break;
         }
-        full = in_flight >= cap;
+        full = level.in_flight >= cap;
         for w in waiting.iter_mut() {
             w.2 = true;
         }
-        let finished = if arrived < arrivals.len() && (in_flight < cap || in_flight == 0) {
-            session.advance_to(origin + arrivals[arrived])?
-        } else {
-            let f = session.run_until_completion()?;
-            if f.is_empty() {
-                return Err(BackendError::Stalled {
-                    backend: backend_name,
-                    pending: in_flight as usize,
-                });
-            }
+        let finished = if arrived < arrivals.len() && !full {
+            let f = level.session.advance_to(origin + arrivals[arrived])?;
+            level.check_interrupt()?;
             f
+        } else {
+            level.wait()?
         };
-        if crate::interrupt::requested() {
-            return Err(BackendError::Interrupted);
+        for mut r in finished {
+            if let Some(at) = arrived_at.remove(&r.id) {
+                r.submitted_ns = at.min(r.submitted_ns);
+            }
+            level.finished(r);
         }
-        finish(&mut records, finished, &mut in_flight, &mut arrived_at);
     }
-    let server_spec = session.server_counters();
-    drop(session);
-    progress.level_finished(label);
-    let mut metrics = level_metrics(label, &records);
-    metrics.server_spec = server_spec;
-    metrics.request_rate = Some(rate);
-    metrics.max_concurrent_requests = Some(max_in_flight);
     queue_delays_ns.sort_unstable();
     let ms: Vec<f64> = queue_delays_ns.iter().map(|&d| d as f64 / 1e6).collect();
-    metrics.mean_queue_delay_ms = Some(ms.iter().sum::<f64>() / ms.len().max(1) as f64);
-    metrics.median_queue_delay_ms = Some(crate::metrics::percentile(&ms, 50.0));
-    metrics.p99_queue_delay_ms = Some(crate::metrics::percentile(&ms, 99.0));
-    Ok(LevelResult {
-        concurrency: label,
-        records,
-        metrics,
-    })
+    Ok(level.end(|records| {
+        let mut m = level_metrics(label, records);
+        m.request_rate = Some(rate);
+        m.max_concurrent_requests = Some(max_in_flight);
+        m.mean_queue_delay_ms = Some(ms.iter().sum::<f64>() / ms.len().max(1) as f64);
+        m.median_queue_delay_ms = Some(crate::metrics::percentile(&ms, 50.0));
+        m.p99_queue_delay_ms = Some(crate::metrics::percentile(&ms, 99.0));
+        m
+    }))
 }
