@@ -265,71 +265,64 @@ mod tests {
     }
 }
 
-/// `request_rate` in JSON: a number, or `"inf"`.
-mod rate_json {
-    use serde::{Deserialize, Deserializer, Serializer};
+/// Request rates in JSON: each a number, or `"inf"` (which JSON numbers cannot hold); for
+/// one optional rate and for a list.
+pub(crate) mod rate_json {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(r) if r.is_infinite() => s.serialize_str("inf"),
-            Some(r) => s.serialize_f64(*r),
-            None => s.serialize_none(),
+    /// One rate as it is written.
+    struct Rate(f64);
+
+    impl Serialize for Rate {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            if self.0.is_infinite() {
+                s.serialize_str("inf")
+            } else {
+                s.serialize_f64(self.0)
+            }
         }
     }
 
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Rate {
-        Number(f64),
-        Text(String),
+    impl<'de> Deserialize<'de> for Rate {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Rate, D::Error> {
+            #[derive(Deserialize)]
+            #[serde(untagged)]
+            enum Written {
+                Number(f64),
+                Text(String),
+            }
+            match Written::deserialize(d)? {
+                Written::Number(r) => Ok(Rate(r)),
+                Written::Text(t) if t == "inf" => Ok(Rate(f64::INFINITY)),
+                Written::Text(t) => Err(serde::de::Error::custom(format!(
+                    "request_rate `{t}`: a number or \"inf\""
+                ))),
+            }
+        }
+    }
+
+    pub fn serialize<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+        v.map(Rate).serialize(s)
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-        match Option::<Rate>::deserialize(d)? {
-            None => Ok(None),
-            Some(Rate::Number(r)) => Ok(Some(r)),
-            Some(Rate::Text(t)) if t == "inf" => Ok(Some(f64::INFINITY)),
-            Some(Rate::Text(t)) => Err(serde::de::Error::custom(format!(
-                "request_rate `{t}`: a number or \"inf\""
-            ))),
+        Ok(Option::<Rate>::deserialize(d)?.map(|r| r.0))
+    }
+
+    pub mod list {
+        use super::Rate;
+        use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+        pub fn serialize<S: Serializer>(v: &[f64], s: S) -> Result<S::Ok, S::Error> {
+            let rates: Vec<Rate> = v.iter().map(|&r| Rate(r)).collect();
+            rates.serialize(s)
         }
-    }
-}
 
-/// A list of request rates in JSON, each a number or `"inf"`.
-pub(crate) mod rates_json {
-    use serde::ser::SerializeSeq;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &[f64], s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(v.len()))?;
-        for r in v {
-            if r.is_infinite() {
-                seq.serialize_element("inf")?;
-            } else {
-                seq.serialize_element(r)?;
-            }
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+            Ok(Vec::<Rate>::deserialize(d)?
+                .into_iter()
+                .map(|r| r.0)
+                .collect())
         }
-        seq.end()
-    }
-
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Rate {
-        Number(f64),
-        Text(String),
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
-        Vec::<Rate>::deserialize(d)?
-            .into_iter()
-            .map(|r| match r {
-                Rate::Number(r) => Ok(r),
-                Rate::Text(t) if t == "inf" => Ok(f64::INFINITY),
-                Rate::Text(t) => Err(serde::de::Error::custom(format!(
-                    "request_rate `{t}`: a number or \"inf\""
-                ))),
-            })
-            .collect()
     }
 }

@@ -50,7 +50,7 @@ pub struct ExperimentSummary {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        with = "crate::metrics::rates_json"
+        with = "crate::metrics::rate_json::list"
     )]
     pub request_rate: Vec<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
