@@ -5,14 +5,12 @@ use kbench_core::harness::{run_levels, LoadPlan, NoProgress};
 use kbench_core::spec::load_experiment;
 use kbench_engine::{ensure_tiny_model, EngineBackend};
 
-#[test]
-fn engine_backend_serves_an_experiment() {
-    let dir = tempfile::tempdir().unwrap();
-    let model_dir = dir.path().join("models/tiny");
-    assert!(ensure_tiny_model(&model_dir).unwrap());
-    assert!(!ensure_tiny_model(&model_dir).unwrap());
-    let exp_text = r#"
-name = "engine_test"
+/// An EAGLE-3 (3, 1, 4) experiment on the tiny model under `models/tiny`, with `benchmark`
+/// as its `[benchmark]` table.
+fn tiny_experiment(name: &str, benchmark: &str) -> String {
+    format!(
+        r#"
+name = "{name}"
 seed = 7
 [model]
 config = "models/tiny/config.json"
@@ -31,14 +29,25 @@ num_draft_tokens = 4
 max_tokens = 12
 input_len = 16
 [benchmark]
-concurrency = [1, 3]
-requests_per_level = 4
-warmup_requests = 1
+{benchmark}
 [backend]
 kind = "engine"
 [backend.engine]
 model_dir = "models/tiny"
-"#;
+"#
+    )
+}
+
+#[test]
+fn engine_backend_serves_an_experiment() {
+    let dir = tempfile::tempdir().unwrap();
+    let model_dir = dir.path().join("models/tiny");
+    assert!(ensure_tiny_model(&model_dir).unwrap());
+    assert!(!ensure_tiny_model(&model_dir).unwrap());
+    let exp_text = tiny_experiment(
+        "engine_test",
+        "concurrency = [1, 3]\nrequests_per_level = 4\nwarmup_requests = 1",
+    );
     let path = dir.path().join("exp.toml");
     std::fs::write(&path, exp_text).unwrap();
     let variants = load_experiment(&path, &[]).unwrap();
@@ -168,33 +177,10 @@ fn engine_session_advances_to_deadlines_and_cancels() {
 fn engine_backend_runs_request_rate_levels() {
     let dir = tempfile::tempdir().unwrap();
     assert!(ensure_tiny_model(&dir.path().join("models/tiny")).unwrap());
-    let exp_text = r#"
-name = "engine_rate_test"
-seed = 7
-[model]
-config = "models/tiny/config.json"
-[hardware]
-preset = "h200"
-[server]
-tp_size = 1
-[draft]
-config = "models/tiny/draft/config.json"
-[speculative]
-algorithm = "EAGLE3"
-num_steps = 3
-eagle_topk = 1
-num_draft_tokens = 4
-[workload]
-max_tokens = 12
-input_len = 16
-[benchmark]
-request_rate = [50.0, inf]
-max_concurrency = 2
-requests_per_level = 6
-warmup_requests = 1
-[backend]
-kind = "engine"
-"#;
+    let exp_text = tiny_experiment(
+        "engine_rate_test",
+        "request_rate = [50.0, inf]\nmax_concurrency = 2\nrequests_per_level = 6\nwarmup_requests = 1",
+    );
     let path = dir.path().join("exp.toml");
     std::fs::write(&path, exp_text).unwrap();
     let exp = &load_experiment(&path, &[]).unwrap()[0].experiment;
