@@ -7,8 +7,6 @@
 //! the delay from a chunk leaving the server to its timestamp (p50, p99, max). Criterion
 //! then times the 1,000-stream load.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -23,39 +21,9 @@ const TOKENS: u32 = 64;
 /// figure); 1,000 at one that outruns it (chunks/s is the figure).
 const LOADS: [(usize, f64); 2] = [(256, 20.0), (1000, 400.0)];
 
-struct Server(Child, String);
+mod support;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(speed: f64) -> Server {
-    let exp = concat!(env!("CARGO_MANIFEST_DIR"), "/experiments/topk1_v2.toml");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kbench"))
-        .args(["serve", "--sim", exp, "--speed", &speed.to_string()])
-        .args(["--port", "0", "--set", "server.max_running_requests=1024"])
-        .args(["--max-queued-requests", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kbench starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("kbench serve printed its address")
-            .unwrap();
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server(child, addr)
-}
+use support::{percentile, raw_stream, start, Server};
 
 fn unix_ns() -> u64 {
     SystemTime::now()
@@ -134,56 +102,19 @@ fn load(
 /// The baseline: the least a client can do with the same streams (one read loop per
 /// connection, the stamps picked out of the bytes, no SSE or JSON parsing), so what the
 /// backend's client adds is the difference between the two delays, measured in one run.
-async fn raw_stream(addr: String, i: usize) -> Vec<f64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let ids: Vec<String> = (0..16)
-        .map(|j| (3 + (i * 31 + j) % 1000).to_string())
-        .collect();
-    let body = format!(
-        r#"{{"input_ids":[{}],"stream":true,"sampling_params":{{"max_new_tokens":{TOKENS},"ignore_eos":true}}}}"#,
-        ids.join(",")
-    );
-    let mut s = tokio::net::TcpStream::connect(&addr)
+async fn raw_stream_delays(addr: String, i: usize) -> Vec<f64> {
+    raw_stream(addr, i, TOKENS, b"\"kbench_sent_unix_ns\":", unix_ns)
         .await
-        .expect("connects");
-    s.set_nodelay(true).unwrap();
-    let head = format!(
-        "POST /generate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    let key = b"\"kbench_sent_unix_ns\":";
-    let (mut carry, mut out, mut buf) = (Vec::new(), Vec::new(), vec![0u8; 16384]);
-    loop {
-        let n = match tokio::time::timeout(Duration::from_secs(60), s.read(&mut buf)).await {
-            Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
-            Ok(Ok(n)) => n,
-        };
-        let arrived = unix_ns();
-        carry.extend_from_slice(&buf[..n]);
-        let mut consumed = 0;
-        while let Some(p) = carry[consumed..].windows(key.len()).position(|w| w == key) {
-            let start = consumed + p + key.len();
-            let Some(len) = carry[start..].iter().position(|b| !b.is_ascii_digit()) else {
-                break;
-            };
-            let sent: u64 = std::str::from_utf8(&carry[start..start + len])
-                .unwrap()
-                .parse()
-                .unwrap();
-            out.push(arrived.saturating_sub(sent) as f64 / 1e9);
-            consumed = start + len;
-        }
-        carry.drain(..consumed);
-    }
-    out
+        .into_iter()
+        .map(|(arrived, sent)| arrived.saturating_sub(sent) as f64 / 1e9)
+        .collect()
 }
 
 fn raw_load(rt: &tokio::runtime::Runtime, addr: &str, streams: usize) -> (usize, f64, Vec<f64>) {
     let start = Instant::now();
     let delays: Vec<f64> = rt.block_on(async {
         let tasks: Vec<_> = (0..streams)
-            .map(|i| tokio::spawn(raw_stream(addr.to_string(), i)))
+            .map(|i| tokio::spawn(raw_stream_delays(addr.to_string(), i)))
             .collect();
         let mut all = Vec::new();
         for t in tasks {
@@ -192,10 +123,6 @@ fn raw_load(rt: &tokio::runtime::Runtime, addr: &str, streams: usize) -> (usize,
         all
     });
     (delays.len(), start.elapsed().as_secs_f64(), delays)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 fn client_for(server: &Server) -> Arc<Client> {

@@ -6,12 +6,9 @@
 //! speed; the common offset, the loopback latency, taken out). Criterion then times the
 //! whole load.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const STREAMS: usize = 1000;
 const TOKENS: u32 = 64;
@@ -23,105 +20,19 @@ const SPEEDS: [f64; 2] = [20.0, 400.0];
 /// The speed criterion times.
 const TIMED_SPEED: f64 = 400.0;
 
-struct Server(Child, String);
+mod support;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use support::{percentile, raw_stream, start};
 
-fn start(speed: f64) -> Server {
-    let exp = concat!(env!("CARGO_MANIFEST_DIR"), "/experiments/topk1_v2.toml");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kbench"))
-        .args([
-            "serve",
-            "--sim",
-            exp,
-            "--speed",
-            &speed.to_string(),
-            "--port",
-            "0",
-        ])
-        .args([
-            "--set",
-            "server.max_running_requests=1024",
-            "--max-queued-requests",
-            "0",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kbench starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("kbench serve printed its address")
-            .unwrap();
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server(child, addr)
-}
-
-/// One stream: each chunk's arrival (since `epoch`) and virtual release time.
+/// One stream: each chunk's arrival (since `epoch`) and virtual release time / speed, in s.
 async fn stream(addr: String, i: usize, epoch: Instant, speed: f64) -> Vec<(f64, f64)> {
-    let body = format!(
-        r#"{{"input_ids":[{}],"stream":true,"sampling_params":{{"max_new_tokens":{TOKENS},"ignore_eos":true}}}}"#,
-        (0..16)
-            .map(|j| (3 + (i * 31 + j) % 1000).to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    );
-    let mut s = tokio::net::TcpStream::connect(&addr)
-        .await
-        .expect("connects");
-    s.set_nodelay(true).unwrap();
-    let head = format!(
-        "POST /generate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    let key = b"\"kbench_virtual_ns\":";
-    let mut carry: Vec<u8> = Vec::new();
-    let mut out = Vec::with_capacity(TOKENS as usize);
-    let mut buf = vec![0u8; 16384];
-    loop {
-        let n = match tokio::time::timeout(Duration::from_secs(60), s.read(&mut buf)).await {
-            Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
-            Ok(Ok(n)) => n,
-        };
-        let at = epoch.elapsed().as_secs_f64();
-        carry.extend_from_slice(&buf[..n]);
-        let mut consumed = 0;
-        while let Some(p) = find(&carry[consumed..], key) {
-            let start = consumed + p + key.len();
-            let end = match carry[start..].iter().position(|b| !b.is_ascii_digit()) {
-                Some(e) => start + e,
-                None => break,
-            };
-            let v: f64 = std::str::from_utf8(&carry[start..end])
-                .unwrap()
-                .parse()
-                .unwrap();
-            out.push((at, v / 1e9 / speed));
-            consumed = end;
-        }
-        carry.drain(..consumed);
-        if find(&carry, b"[DONE]").is_some() {
-            break;
-        }
-    }
-    out
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    raw_stream(addr, i, TOKENS, b"\"kbench_virtual_ns\":", || {
+        epoch.elapsed().as_secs_f64()
+    })
+    .await
+    .into_iter()
+    .map(|(at, v)| (at, v as f64 / 1e9 / speed))
+    .collect()
 }
 
 /// Runs the whole load; returns (chunks, wall seconds, lateness of every chunk in seconds).
@@ -155,10 +66,6 @@ fn load(rt: &tokio::runtime::Runtime, addr: &str, speed: f64) -> (usize, f64, Ve
         .map(|(at, scheduled)| at - scheduled - offset)
         .collect();
     (chunks, wall, late)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 fn serve(c: &mut Criterion) {
