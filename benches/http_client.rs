@@ -51,6 +51,7 @@ fn load(
                         warmup: false,
                         prompt: (0..16).map(|j| (3 + (i * 31 + j) % 1000) as u32).collect(),
                         max_tokens: TOKENS,
+                        ignore_eos: true,
                         temperature: 0.0,
                         submitted_ns: start.elapsed().as_nanos() as u64,
                     };

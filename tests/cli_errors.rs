@@ -240,3 +240,95 @@ fn bad_request_rates_are_named() {
     }
     insta::assert_snapshot!(out);
 }
+
+/// A file beside the experiment, then `validate` (or `experiment` when `run`).
+fn run_with_files(base: &str, files: &[(&str, &str)], command: &str, extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("exp.toml"), base).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let mut args = vec![command, "exp.toml", "-q"];
+    if command == "validate" {
+        args.pop();
+    }
+    args.extend_from_slice(extra);
+    let (code, stdout, stderr) = kbench(dir.path(), &args);
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    format!("exit code: {code}\nstdout:\n{stdout}stderr:\n{stderr}")
+}
+
+#[test]
+fn bad_workloads_are_named() {
+    let lengths = ["--set", "workload.lengths=\"lengths.toml\""];
+    let no_input_len = SPEC.replace("input_len = 32\n", "");
+    assert_ne!(no_input_len, SPEC);
+    let mut out = String::new();
+    for (label, files, sets) in [
+        (
+            "empty length file",
+            vec![("lengths.toml", "")],
+            lengths.to_vec(),
+        ),
+        (
+            "malformed length file",
+            vec![(
+                "lengths.toml",
+                "name = \"x\"\nsource = \"s\"\n[[input]]\nrange = [1,\n",
+            )],
+            lengths.to_vec(),
+        ),
+        (
+            "length file without lengths",
+            vec![("lengths.toml", "name = \"x\"\nsource = \"s\"\n")],
+            lengths.to_vec(),
+        ),
+        ("missing length file", vec![], lengths.to_vec()),
+        (
+            "context beyond the model's maximum",
+            vec![],
+            vec!["--set", "workload.context_len=300000"],
+        ),
+        (
+            "range ratio above 1",
+            vec![],
+            vec!["--set", "workload.range_ratio=1.5"],
+        ),
+        (
+            "output range from zero",
+            vec![],
+            vec!["--set", "workload.output_len_range=[0, 10]"],
+        ),
+        (
+            "unknown KV dtype",
+            vec![],
+            vec!["--set", "server.kv_cache_dtype=\"int3\""],
+        ),
+        (
+            "memory fraction above 1",
+            vec![],
+            vec!["--set", "server.mem_fraction_static=1.5"],
+        ),
+    ] {
+        out.push_str(&format!(
+            "## {label}\n{}\n",
+            run_with_files(
+                if sets == lengths { &no_input_len } else { SPEC },
+                &files,
+                "validate",
+                &sets
+            )
+        ));
+    }
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn a_request_the_kv_cache_cannot_hold_is_refused_with_the_numbers() {
+    insta::assert_snapshot!(run_with_files(
+        BASE,
+        &[],
+        "experiment",
+        &["--set", "workload.context_len=200000"]
+    ));
+}

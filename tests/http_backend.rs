@@ -868,3 +868,38 @@ fn every_http_backend_error_message_is_pinned() {
     }
     insta::assert_snapshot!("http_error_messages", pinned);
 }
+
+#[test]
+fn http_runs_rate_levels_with_drawn_lengths_and_a_shared_prefix() {
+    let server = spec_server(3, 1, 4, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_experiment(dir.path(), CHAIN);
+    let sets = [
+        url(&server.addr),
+        "benchmark.concurrency=[]".to_string(),
+        "benchmark.request_rate=[40.0, inf]".to_string(),
+        "benchmark.max_concurrency=2".to_string(),
+        "workload.output_len_range=[3, 15]".to_string(),
+        "workload.shared_prefix_len=4".to_string(),
+    ];
+    let exp = load(&path, &sets);
+    let plan = LoadPlan::from_experiment(&exp);
+    let levels = run(kbench_http::open(&exp).unwrap().as_mut(), &exp);
+    assert_eq!(levels.len(), 2);
+    for l in &levels {
+        let m = &l.metrics;
+        assert_eq!(m.failed, 0, "{:?}", m.errors);
+        assert_eq!(m.completed, 6);
+        assert!(m.request_rate.is_some());
+        assert!(m.max_concurrent_requests.unwrap() <= 2);
+        for r in &l.records {
+            let want = plan.workload.request(plan.seed, r.id);
+            // the server generated exactly the drawn length, sent as max_new_tokens with
+            // ignore_eos
+            assert_eq!(r.output_tokens(), want.max_tokens, "request {}", r.id);
+            assert_eq!(r.requested_tokens, want.max_tokens);
+            assert_eq!(r.input_len, want.input_len);
+        }
+    }
+    assert!(levels[1].metrics.p99_queue_delay_ms.unwrap() > 0.0);
+}

@@ -37,6 +37,7 @@ fn offline_chunks(input_len: u32, max_tokens: u32) -> Vec<(u64, u32)> {
             input_len,
             max_tokens,
             warmup: false,
+            ..Request::default()
         })
         .unwrap();
     let r = session.run_until_completion().unwrap().remove(0);

@@ -9,14 +9,30 @@ use serde::Serialize;
 pub type Nanos = u64;
 
 /// One request as the load generator issues it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub struct Request {
     /// Stable id: seeds everything random about this request (prompt, trace slice).
     pub id: u64,
+    /// The whole prompt, shared prefix included.
     pub input_len: u32,
+    /// What the request asks for.
     pub max_tokens: u32,
+    /// `None`: it ignores EOS and runs to `max_tokens`. `Some(n)`: it meets EOS after `n`
+    /// tokens; a simulated model stops there, a live server decides for itself.
+    pub stop_at: Option<u32>,
+    /// The prompt's first tokens that every request of the run shares (a prefix cache can
+    /// serve them).
+    pub shared_prefix_len: u32,
     /// Warm-up requests are served like any other and left out of the metrics.
     pub warmup: bool,
+}
+
+impl Request {
+    /// Tokens a simulated model generates for it.
+    pub fn output_len(&self) -> u32 {
+        self.stop_at
+            .map_or(self.max_tokens, |n| n.min(self.max_tokens))
+    }
 }
 
 /// What a backend reports for a finished request.
@@ -25,7 +41,14 @@ pub struct RequestRecord {
     pub id: u64,
     pub warmup: bool,
     pub input_len: u32,
+    /// The request's `max_tokens` (produced tokens may be fewer when it met EOS).
+    #[serde(default)]
+    pub requested_tokens: u32,
     pub submitted_ns: Nanos,
+    /// Times the server took the request's KV cache back to make room (SGLang retracts,
+    /// vLLM preempts) and later recomputed it; `None` where the backend cannot know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retractions: Option<u32>,
     /// When each output token became visible to the client, one entry per token.
     pub token_times_ns: Vec<Nanos>,
     /// Tokens committed by each verify round (bonus token included); empty without
@@ -165,4 +188,17 @@ pub trait Session {
     fn server_counters(&mut self) -> Option<ServerSpecCounters> {
         None
     }
+    /// How full the server's KV cache got over the level, where the backend knows it.
+    fn kv_cache(&self) -> Option<KvCacheUsage> {
+        None
+    }
+}
+
+/// A level's KV-cache use (the simulator's pool; SGLang logs it as `token usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KvCacheUsage {
+    /// Token slots per GPU.
+    pub capacity_tokens: u64,
+    /// The most slots in use at once.
+    pub peak_used_tokens: u64,
 }

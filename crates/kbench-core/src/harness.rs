@@ -1,10 +1,7 @@
 //! Levels, warm-up and closed-loop clients, written once for every backend.
 
-use rand::RngExt;
-
 use crate::backend::{Backend, BackendError, Nanos, Request, RequestRecord, Session};
 use crate::metrics::{level_metrics, LevelMetrics};
-use crate::seed::rng_for;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadPlan {
@@ -12,9 +9,8 @@ pub struct LoadPlan {
     pub concurrency: Vec<u32>,
     pub requests_per_level: u32,
     pub warmup_requests: u32,
-    pub max_tokens: u32,
-    /// Inclusive prompt-length range.
-    pub input_len: (u32, u32),
+    /// Each request's lengths, shared prefix and context.
+    pub workload: crate::spec::Workload,
     /// Open-loop levels (requests/s), after the concurrency levels.
     pub request_rates: Vec<f64>,
     pub burstiness: f64,
@@ -30,8 +26,7 @@ impl LoadPlan {
             concurrency: exp.concurrency.clone(),
             requests_per_level: exp.requests_per_level,
             warmup_requests: exp.warmup_requests,
-            max_tokens: exp.max_tokens,
-            input_len: exp.input_len,
+            workload: exp.workload.clone(),
             request_rates: exp.request_rates.clone(),
             burstiness: exp.burstiness,
             max_concurrency: exp.max_concurrency,
@@ -64,16 +59,13 @@ pub fn request_id(concurrency: u32, index: u32, warmup: bool) -> u64 {
 
 pub fn make_request(plan: &LoadPlan, concurrency: u32, index: u32, warmup: bool) -> Request {
     let id = request_id(concurrency, index, warmup);
-    let (lo, hi) = plan.input_len;
-    let input_len = if lo == hi {
-        lo
-    } else {
-        rng_for(plan.seed, "input_len", id).random_range(lo..=hi)
-    };
+    let lengths = plan.workload.request(plan.seed, id);
     Request {
         id,
-        input_len,
-        max_tokens: plan.max_tokens,
+        input_len: lengths.input_len,
+        max_tokens: lengths.max_tokens,
+        stop_at: lengths.stop_at,
+        shared_prefix_len: plan.workload.shared_prefix_len,
         warmup,
     }
 }
@@ -221,10 +213,16 @@ impl LevelRun<'_, '_> {
 
     fn end(mut self, metrics_of: impl FnOnce(&[RequestRecord]) -> LevelMetrics) -> LevelResult {
         let server_spec = self.session.server_counters();
+        let kv = self.session.kv_cache();
         drop(self.session);
         self.progress.level_finished(self.label);
         let mut metrics = metrics_of(&self.records);
         metrics.server_spec = server_spec;
+        if let Some(kv) = kv {
+            metrics.kv_cache_tokens = Some(kv.capacity_tokens);
+            metrics.peak_kv_cache_usage =
+                Some(kv.peak_used_tokens as f64 / kv.capacity_tokens.max(1) as f64);
+        }
         LevelResult {
             concurrency: self.label,
             records: self.records,

@@ -8,6 +8,7 @@ pub mod backend;
 pub mod compare;
 pub mod harness;
 pub mod interrupt;
+pub mod lengths;
 pub mod metrics;
 pub mod prompt;
 pub mod report;

@@ -42,6 +42,14 @@ pub struct LevelMetrics {
     pub duration_s: f64,
     pub total_input_tokens: u64,
     pub total_output_tokens: u64,
+    /// What the measured requests asked for (`max_tokens`), where some stopped short of it
+    /// (as if at EOS, `ignore_eos = false`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_output_tokens: Option<u64>,
+    /// KV-cache retractions (SGLang) / preemptions (vLLM) of measured requests, where the
+    /// backend knows them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_retractions: Option<u64>,
     pub request_throughput: f64,
     pub input_throughput: f64,
     pub output_throughput: f64,
@@ -61,6 +69,12 @@ pub struct LevelMetrics {
     pub mean_e2e_latency_ms: f64,
     pub median_e2e_latency_ms: f64,
     pub p99_e2e_latency_ms: f64,
+    /// The KV pool in tokens per GPU, and the largest share of it in use during the level
+    /// (warm-up included), where the backend knows them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_kv_cache_usage: Option<f64>,
     /// What the server counted itself over the level (vLLM's `/metrics`), beside what the
     /// requests reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,6 +104,15 @@ pub fn level_metrics(concurrency: u32, records: &[RequestRecord]) -> LevelMetric
     let duration_s = end.saturating_sub(start) as f64 / 1e9;
     let total_input_tokens: u64 = measured.iter().map(|r| r.input_len as u64).sum();
     let total_output_tokens: u64 = measured.iter().map(|r| r.output_tokens() as u64).sum();
+    let requested: u64 = measured.iter().map(|r| r.requested_tokens as u64).sum();
+    let requested_output_tokens = (requested != total_output_tokens).then_some(requested);
+    let num_retractions = measured.iter().any(|r| r.retractions.is_some()).then(|| {
+        measured
+            .iter()
+            .filter_map(|r| r.retractions)
+            .map(u64::from)
+            .sum()
+    });
     let rate = |x: f64| {
         if duration_s > 0.0 {
             x / duration_s
@@ -146,6 +169,8 @@ pub fn level_metrics(concurrency: u32, records: &[RequestRecord]) -> LevelMetric
         duration_s,
         total_input_tokens,
         total_output_tokens,
+        requested_output_tokens,
+        num_retractions,
         request_throughput: rate(measured.len() as f64),
         input_throughput: rate(total_input_tokens as f64),
         output_throughput: rate(total_output_tokens as f64),
@@ -164,6 +189,8 @@ pub fn level_metrics(concurrency: u32, records: &[RequestRecord]) -> LevelMetric
         mean_e2e_latency_ms: e2e.mean,
         median_e2e_latency_ms: e2e.median,
         p99_e2e_latency_ms: e2e.p99,
+        kv_cache_tokens: None,
+        peak_kv_cache_usage: None,
         server_spec: None,
         request_rate: None,
         max_concurrent_requests: None,
@@ -221,7 +248,9 @@ mod tests {
             id,
             warmup: false,
             input_len: 10,
+            requested_tokens: times.len() as u32,
             submitted_ns: submitted,
+            retractions: None,
             token_times_ns: times.to_vec(),
             round_commits: rounds.to_vec(),
             reported_rounds: None,

@@ -59,8 +59,35 @@ pub struct ExperimentSummary {
     pub max_concurrency: Option<u32>,
     pub requests_per_level: u32,
     pub warmup_requests: u32,
+    /// Where lengths come from, EOS, shared prefix and context.
+    #[serde(default)]
+    pub workload: WorkloadSummary,
+    /// How the server holds its KV cache, as the file sets it (unset: the engine's default).
+    #[serde(default)]
+    pub kv_cache: KvCacheSummary,
     pub assumptions: Vec<String>,
     pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct WorkloadSummary {
+    /// `fixed`, `uniform`, or `file NAME (SOURCE)`.
+    pub lengths: String,
+    /// The shortest and longest output a request draws.
+    pub output_len: [u32; 2],
+    pub ignore_eos: bool,
+    pub shared_prefix_len: u32,
+    pub context_len: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct KvCacheSummary {
+    pub kv_cache_dtype: String,
+    pub prefix_caching: bool,
+    /// None: the engine's default for the GPU; -1: off.
+    pub chunked_prefill_size: Option<i64>,
+    pub mem_fraction_static: Option<f64>,
+    pub max_total_tokens: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -135,6 +162,7 @@ fn rounded(m: &LevelMetrics) -> LevelMetrics {
         mean_queue_delay_ms: m.mean_queue_delay_ms.map(r3),
         median_queue_delay_ms: m.median_queue_delay_ms.map(r3),
         p99_queue_delay_ms: m.p99_queue_delay_ms.map(r3),
+        peak_kv_cache_usage: m.peak_kv_cache_usage.map(|u| round_to(u, 4)),
         ..m.clone()
     }
 }
@@ -181,8 +209,42 @@ pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> Experime
             .filter(|_| !exp.request_rates.is_empty()),
         requests_per_level: exp.requests_per_level,
         warmup_requests: exp.warmup_requests,
+        workload: workload_summary(&exp.workload),
+        kv_cache: KvCacheSummary {
+            kv_cache_dtype: serde_json::to_value(exp.kv.kv_cache_dtype)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            prefix_caching: exp.kv.prefix_caching,
+            chunked_prefill_size: match exp.kv.chunked_prefill {
+                crate::spec::ChunkedPrefill::Default => None,
+                crate::spec::ChunkedPrefill::Off => Some(-1),
+                crate::spec::ChunkedPrefill::Size(n) => Some(n as i64),
+            },
+            mem_fraction_static: exp.kv.mem_fraction_static,
+            max_total_tokens: exp.kv.max_total_tokens,
+        },
         assumptions: exp.file.assumptions.clone(),
         notes: exp.notes.clone(),
+    }
+}
+
+fn workload_summary(w: &crate::spec::Workload) -> WorkloadSummary {
+    use crate::lengths::LengthDist;
+    let lengths = match &w.lengths {
+        LengthDist::Uniform { input, output } if input.0 == input.1 && output.0 == output.1 => {
+            "fixed".to_string()
+        }
+        LengthDist::Uniform { .. } => "uniform".to_string(),
+        LengthDist::Empirical(e) => format!("file {} ({})", e.name, e.source),
+    };
+    let (lo, hi) = w.lengths.output_bounds();
+    WorkloadSummary {
+        lengths,
+        output_len: [lo.min(w.max_tokens), hi.min(w.max_tokens)],
+        ignore_eos: w.ignore_eos,
+        shared_prefix_len: w.shared_prefix_len,
+        context_len: w.context_len,
     }
 }
 

@@ -52,19 +52,20 @@ impl EngineBackend {
         &self.model
     }
 
-    /// The prompt of a request: `input_len` token ids from the request's own stream.
+    /// The prompt of a request: its shared prefix, then token ids from its own stream.
     pub fn prompt_for(&self, seed: u64, request: &Request) -> Vec<u32> {
-        random_prompt(
+        kbench_core::prompt::request_prompt(
             seed,
             request.id,
             request.input_len as usize,
+            request.shared_prefix_len as usize,
             self.model.target.vocab,
         )
     }
 }
 
 /// The prompts every backend sends (kept here for the engine's callers).
-pub use kbench_core::prompt::random_prompt;
+pub use kbench_core::prompt::{random_prompt, request_prompt};
 
 impl Backend for EngineBackend {
     fn name(&self) -> &'static str {

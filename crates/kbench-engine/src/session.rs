@@ -10,7 +10,7 @@ use kbench_core::backend::{BackendError, ChunkEvent, Nanos, Request, RequestReco
 use kbench_core::spec::{Experiment, VerifyMethod};
 use kbench_core::verify::SamplingParams;
 
-use crate::backend::random_prompt;
+use crate::backend::request_prompt;
 use crate::batcher::{Batcher, Commit, SeqParams};
 use crate::error::EngineError;
 use crate::passes::SpecModel;
@@ -151,7 +151,9 @@ impl<M: SpecModel> EngineSession<M> {
                 id: l.request.id,
                 warmup: l.request.warmup,
                 input_len: l.request.input_len,
+                requested_tokens: l.request.max_tokens,
                 submitted_ns: l.submitted_ns,
+                retractions: None,
                 token_times_ns: l.token_times,
                 round_commits: l.round_commits,
                 reported_rounds: None,
@@ -167,14 +169,17 @@ impl<M: SpecModel> Session for EngineSession<M> {
     }
 
     fn submit(&mut self, request: Request) -> std::result::Result<(), BackendError> {
-        let prompt = random_prompt(
+        let prompt = request_prompt(
             self.serving.seed,
             request.id,
             request.input_len as usize,
+            request.shared_prefix_len as usize,
             self.batcher.vocab(),
         );
+        // A request that would meet EOS stops at its drawn length: the tiny model's own EOS
+        // is not the workload's.
         let params = SeqParams {
-            max_new: request.max_tokens as usize,
+            max_new: request.output_len() as usize,
             sampling: SamplingParams::temperature(self.serving.temperature),
             seed: self.serving.seed,
             stream: request.id,

@@ -145,6 +145,7 @@ fn engine_session_advances_to_deadlines_and_cancels() {
                 input_len: 8,
                 max_tokens: 24,
                 warmup: false,
+                ..Request::default()
             })
             .unwrap();
     }
@@ -203,4 +204,48 @@ fn engine_backend_runs_request_rate_levels() {
     let inf = &levels[1].metrics;
     assert_eq!(inf.request_rate, Some(f64::INFINITY));
     assert!(inf.p99_queue_delay_ms.unwrap() > 0.0);
+}
+
+#[test]
+fn engine_backend_draws_the_workloads_lengths_and_stops_as_at_eos() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(ensure_tiny_model(&dir.path().join("models/tiny")).unwrap());
+    let exp_text = tiny_experiment(
+        "engine_lengths_test",
+        "request_rate = [40.0]\nrequests_per_level = 6\nwarmup_requests = 0",
+    )
+    .replace(
+        "max_tokens = 12\ninput_len = 16",
+        "max_tokens = 12\ninput_len_range = [4, 20]\noutput_len_range = [2, 9]\nignore_eos = false\nshared_prefix_len = 3",
+    );
+    let path = dir.path().join("exp.toml");
+    std::fs::write(&path, exp_text).unwrap();
+    let exp = &load_experiment(&path, &[]).unwrap()[0].experiment;
+    let plan = LoadPlan::from_experiment(exp);
+    let mut backend = EngineBackend::new(exp).unwrap();
+    let levels = run_levels(&mut backend, &plan, &mut NoProgress).unwrap();
+    let l = &levels[0];
+    assert_eq!(l.metrics.completed, 6);
+    for r in &l.records {
+        let want = plan.workload.request(plan.seed, r.id);
+        assert_eq!(r.input_len, want.input_len);
+        assert_eq!(r.requested_tokens, 12);
+        assert_eq!(Some(r.output_tokens()), want.stop_at);
+    }
+    assert_eq!(l.metrics.requested_output_tokens, Some(6 * 12));
+    // every request's prompt starts with the same three tokens
+    let prompts: Vec<Vec<u32>> = l
+        .records
+        .iter()
+        .map(|r| {
+            let req = kbench_core::harness::make_request(
+                &plan,
+                0x8000_0000,
+                (r.id & 0x7fff_ffff) as u32,
+                false,
+            );
+            backend.prompt_for(plan.seed, &req)
+        })
+        .collect();
+    assert!(prompts.windows(2).all(|w| w[0][..3] == w[1][..3]));
 }

@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use kbench_core::backend::{
     Backend, BackendError, ChunkEvent, Nanos, Request, RequestRecord, ServerSpecCounters, Session,
 };
-use kbench_core::prompt::random_prompt;
+use kbench_core::prompt::request_prompt;
 use kbench_core::spec::Experiment;
 
 use crate::client::Client;
@@ -335,8 +335,15 @@ impl Session for HttpSession<'_> {
         let sent = Sent {
             id: request.id,
             warmup: request.warmup,
-            prompt: random_prompt(b.seed, request.id, request.input_len as usize, b.vocab),
+            prompt: request_prompt(
+                b.seed,
+                request.id,
+                request.input_len as usize,
+                request.shared_prefix_len as usize,
+                b.vocab,
+            ),
             max_tokens: request.max_tokens,
+            ignore_eos: request.stop_at.is_none(),
             temperature: b.temperature,
             submitted_ns: self.now(),
         };

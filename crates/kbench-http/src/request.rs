@@ -17,6 +17,8 @@ pub struct Sent {
     pub warmup: bool,
     pub prompt: Vec<u32>,
     pub max_tokens: u32,
+    /// false: the server stops at EOS (the workload's `ignore_eos = false`).
+    pub ignore_eos: bool,
     pub temperature: f64,
     pub submitted_ns: Nanos,
 }
@@ -97,13 +99,13 @@ pub fn body(api: Api, model: Option<&str>, s: &Sent) -> Value {
     match api {
         Api::Sglang => json!({
             "input_ids": s.prompt,
-            "sampling_params": {"max_new_tokens": s.max_tokens, "temperature": s.temperature, "ignore_eos": true},
+            "sampling_params": {"max_new_tokens": s.max_tokens, "temperature": s.temperature, "ignore_eos": s.ignore_eos},
             "stream": true,
         }),
         Api::OpenAiCompletions | Api::OpenAiChat => {
             let mut b = json!({
                 "max_tokens": s.max_tokens, "temperature": s.temperature,
-                "ignore_eos": true, "stream": true,
+                "ignore_eos": s.ignore_eos, "stream": true,
                 "stream_options": {"include_usage": true, "continuous_usage_stats": true},
             });
             if api == Api::OpenAiChat {
@@ -149,7 +151,9 @@ pub async fn run(
         id: s.id,
         warmup: s.warmup,
         input_len: s.prompt.len() as u32,
+        requested_tokens: s.max_tokens,
         submitted_ns: s.submitted_ns,
+        retractions: None,
         token_times_ns: Vec::new(),
         round_commits: Vec::new(),
         reported_rounds: None,
@@ -347,4 +351,35 @@ async fn stream(
         c.finished = true;
     }
     Ok(rounds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(ignore_eos: bool) -> Sent {
+        Sent {
+            id: 1,
+            warmup: false,
+            prompt: vec![5, 6],
+            max_tokens: 300,
+            ignore_eos,
+            temperature: 0.0,
+            submitted_ns: 0,
+        }
+    }
+
+    #[test]
+    fn bodies_carry_the_drawn_length_and_eos_choice() {
+        let b = body(Api::Sglang, None, &sent(false));
+        assert_eq!(b["sampling_params"]["max_new_tokens"], 300);
+        assert_eq!(b["sampling_params"]["ignore_eos"], false);
+        for api in [Api::OpenAiCompletions, Api::OpenAiChat] {
+            let b = body(api, Some("m"), &sent(true));
+            assert_eq!(b["max_tokens"], 300);
+            assert_eq!(b["ignore_eos"], true);
+            let b = body(api, Some("m"), &sent(false));
+            assert_eq!(b["ignore_eos"], false);
+        }
+    }
 }

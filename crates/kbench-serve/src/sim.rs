@@ -155,7 +155,9 @@ fn run(w: Running, rx: mpsc::Receiver<Control>, load: &Load) {
                         id: job.id,
                         input_len: job.prompt.len() as u32,
                         max_tokens: job.params.max_new,
-                        warmup: false,
+                        // a simulated model has no EOS of its own and sees no shared
+                        // prefix in a request
+                        ..Request::default()
                     };
                     match session.submit(request) {
                         Ok(()) => {

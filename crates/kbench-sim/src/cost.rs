@@ -47,23 +47,54 @@ impl PassKind {
     }
 }
 
-/// Reference contexts for the linear attention model `a + b * ctx`.
-const CTX_LO: f64 = 256.0;
-// 2047: the tables measure contexts 2^n - 1; staying on a measured point avoids a spurious
-// extrapolation flag.
-const CTX_HI: f64 = 2047.0;
+/// Contexts at which a pass's attention is priced, joined piecewise-linearly (attention
+/// over a cache is close to linear in the tokens it reads, but split-KV kernels change their
+/// slope at long contexts). The tables measure contexts 2^n - 1; staying on measured points
+/// avoids spurious extrapolation flags.
+const CTX_POINTS: [f64; 4] = [256.0, 2047.0, 16383.0, 131071.0];
 
-/// A priced pass, independent of context except through `attn_a_us + attn_b_us * ctx`.
+/// A priced pass, independent of context except through its attention at `CTX_POINTS`.
 #[derive(Debug, Clone)]
 struct PassPrice {
     fixed_us: f64,
-    attn_a_us: f64,
-    attn_b_us: f64,
+    /// Attention at each of `CTX_POINTS` (made non-decreasing); prefill: one value.
+    attn_us: Vec<f64>,
     ops: u32,
-    /// Per-operator GPU time at CTX_LO / CTX_HI (for breakdowns), before `in_model`.
-    items_lo: BTreeMap<String, f64>,
-    items_hi: BTreeMap<String, f64>,
+    /// Per-operator GPU time at each of `CTX_POINTS` (for breakdowns), before `in_model`.
+    items: Vec<BTreeMap<String, f64>>,
     sources: BTreeMap<String, &'static str>,
+}
+
+/// The segment of `CTX_POINTS` that prices `ctx` and how far along it `ctx` is (below the
+/// first point and past the last the end segments extend).
+fn ctx_segment(ctx: f64, points: usize) -> (usize, f64) {
+    if points < 2 {
+        return (0, 0.0);
+    }
+    let i = (1..points - 1)
+        .find(|&i| ctx <= CTX_POINTS[i])
+        .map_or(points - 2, |i| i - 1);
+    (
+        i,
+        (ctx - CTX_POINTS[i]) / (CTX_POINTS[i + 1] - CTX_POINTS[i]),
+    )
+}
+
+impl PassPrice {
+    fn attention_at(&self, ctx: f64) -> f64 {
+        let a = &self.attn_us;
+        let (i, t) = ctx_segment(ctx, a.len());
+        match a.len() {
+            0 => 0.0,
+            1 => a[0],
+            _ => a[i] + (a[i + 1] - a[i]) * t,
+        }
+    }
+
+    /// Attention at no context: what does not read the cache.
+    fn attention_base(&self) -> f64 {
+        self.attention_at(0.0).max(0.0)
+    }
 }
 
 /// One pass of a round, explained.
@@ -144,7 +175,19 @@ pub struct CostModel {
     pub draft: Option<DraftArch>,
     pub tp: u32,
     pub cuda_graph_max_bs: u32,
+    /// Decode attention reads the KV cache: its context-dependent time scales with the
+    /// cache's bytes per element (fp8 halves it; the tables are measured with bf16).
+    kv_read_scale: f64,
     cache: RefCell<BTreeMap<(PassKind, u32, u32), Rc<PassPrice>>>,
+}
+
+/// Part of a prefill forward: `new_tokens` computed now after `cached` tokens of the same
+/// request already in the KV cache (an earlier chunk, a cached prefix, a retracted
+/// request's kept output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillPart {
+    pub new_tokens: u32,
+    pub cached: u32,
 }
 
 /// Operator groups as the breakdown shows them.
@@ -197,8 +240,15 @@ impl CostModel {
             draft,
             tp,
             cuda_graph_max_bs,
+            kv_read_scale: 1.0,
             cache: RefCell::new(BTreeMap::new()),
         })
+    }
+
+    /// The KV cache's element type (bf16 unless set).
+    pub fn with_kv_cache_dtype(mut self, dtype: kbench_core::spec::KvCacheDtype) -> CostModel {
+        self.kv_read_scale = dtype.bytes() as f64 / 2.0;
+        self
     }
 
     /// Op-table queries outside the measured range so far.
@@ -233,44 +283,36 @@ impl CostModel {
         if let Some(p) = self.cache.borrow().get(&(kind, tokens, requests)) {
             return Ok(Rc::clone(p));
         }
-        let mut lo = BTreeMap::new();
-        let mut hi = BTreeMap::new();
         let mut sources = BTreeMap::new();
-        let (ops, a_lo) = {
+        let anchors = if kind.is_prefill() {
+            1
+        } else {
+            CTX_POINTS.len()
+        };
+        let mut items = Vec::with_capacity(anchors);
+        let mut attn_us: Vec<f64> = Vec::with_capacity(anchors);
+        let mut ops = 0;
+        for &ctx in &CTX_POINTS[..anchors] {
+            let mut at = BTreeMap::new();
             let mut acc = Acc {
-                items: &mut lo,
+                items: &mut at,
                 sources: &mut sources,
                 ops: 0,
                 attn_us: 0.0,
             };
-            self.build(kind, tokens, requests, CTX_LO, &mut acc)?;
-            (acc.ops, acc.attn_us)
-        };
-        let a_hi = {
-            let mut s2 = BTreeMap::new();
-            let mut acc = Acc {
-                items: &mut hi,
-                sources: &mut s2,
-                ops: 0,
-                attn_us: 0.0,
-            };
-            self.build(kind, tokens, requests, CTX_HI, &mut acc)?;
-            acc.attn_us
-        };
-        let total_lo: f64 = lo.values().sum();
-        let b = if kind.is_prefill() {
-            0.0
-        } else {
-            ((a_hi - a_lo) / (CTX_HI - CTX_LO)).max(0.0)
-        };
-        let a = a_lo - b * CTX_LO;
+            self.build(kind, tokens, requests, ctx, &mut acc)?;
+            ops = acc.ops;
+            // a longer context never reads faster
+            let floor = attn_us.last().copied().unwrap_or(f64::MIN);
+            attn_us.push(acc.attn_us.max(floor));
+            items.push(at);
+        }
+        let total_first: f64 = items[0].values().sum();
         let price = Rc::new(PassPrice {
-            fixed_us: total_lo - a_lo,
-            attn_a_us: a,
-            attn_b_us: b,
+            fixed_us: total_first - attn_us[0],
+            attn_us,
             ops,
-            items_lo: lo,
-            items_hi: hi,
+            items,
             sources,
         });
         self.cache
@@ -614,8 +656,9 @@ impl CostModel {
         ctx: f64,
     ) -> Result<(f64, f64, f64, bool, u32), SimError> {
         let p = self.price(kind, tokens, requests)?;
-        let gpu =
-            (p.fixed_us + p.attn_a_us + p.attn_b_us * ctx) * self.profile.efficiency.in_model.value;
+        let base = p.attention_base();
+        let attention = base + (p.attention_at(ctx) - base) * self.kv_read_scale;
+        let gpu = (p.fixed_us + attention) * self.profile.efficiency.in_model.value;
         // Prefill (extend) is not graphed in SGLang by default; decode-type passes replay a
         // graph up to cuda_graph_max_bs requests.
         let graph = !kind.is_prefill() && requests <= self.cuda_graph_max_bs;
@@ -639,18 +682,18 @@ impl CostModel {
     ) -> Result<PassBreakdown, SimError> {
         let p = self.price(kind, tokens, requests)?;
         let (gpu, launch, time, graph, ops) = self.pass_time(kind, tokens, requests, ctx)?;
-        let w = if kind.is_prefill() {
-            0.0
-        } else {
-            ((ctx - CTX_LO) / (CTX_HI - CTX_LO)).max(0.0)
-        };
+        let (i, t) = ctx_segment(ctx, p.items.len());
         let f = self.profile.efficiency.in_model.value;
-        let gpu_us = p
-            .items_lo
+        let gpu_us = p.items[i]
             .iter()
             .map(|(k, lo)| {
-                let hi = p.items_hi.get(k).copied().unwrap_or(*lo);
-                (k.clone(), (lo + (hi - lo) * w) * f)
+                let hi = p
+                    .items
+                    .get(i + 1)
+                    .and_then(|m| m.get(k))
+                    .copied()
+                    .unwrap_or(*lo);
+                (k.clone(), (lo + (hi - lo) * t) * f)
             })
             .collect();
         Ok(PassBreakdown {
@@ -743,6 +786,51 @@ impl CostModel {
         }
         t += reqs as f64 * self.us("host.prefill_per_request_us");
         Ok(to_ns(t))
+    }
+
+    /// A prefill forward over `parts` (one per request). Each part is priced as its own
+    /// prompt, plus the attention of its new tokens over what it had cached: for causal
+    /// attention over n tokens costing A(n), a chunk of c after p cached costs
+    /// A(p + c) - A(p), which is A(c) plus the cross term priced here.
+    pub fn prefill_parts_ns(
+        &self,
+        parts: &[PrefillPart],
+        with_draft: bool,
+    ) -> Result<u64, SimError> {
+        let tokens: u32 = parts.iter().map(|p| p.new_tokens).sum();
+        let mut t = self.prefill_ns(parts.len() as u32, tokens, with_draft)? as f64 / 1e3;
+        for part in parts.iter().filter(|p| p.cached > 0) {
+            let (p, c) = (part.cached as f64, part.new_tokens as f64);
+            let a = |n: f64| self.prefill_attention_us(n, with_draft);
+            t += (a(p + c)? - a(p)? - a(c)?).max(0.0);
+        }
+        Ok(to_ns(t))
+    }
+
+    /// Attention of one prompt of `isl` tokens over every layer (and the draft's), after
+    /// `in_model`.
+    fn prefill_attention_us(&self, isl: f64, with_draft: bool) -> Result<f64, SimError> {
+        let p = self.pricer();
+        let m = &self.model;
+        let tp = self.tp;
+        let why = format!("prefill attention over {isl:.0} tokens");
+        let heads = m.num_heads / tp;
+        let mut us = match (&m.family, &m.mla) {
+            (ArchFamily::MlaMoe, Some(mla)) => {
+                let qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+                p.mla_prefill(heads, 1, isl, qk, &why)?.0
+            }
+            _ => {
+                let kv = (m.num_kv_heads / tp).max(1);
+                p.mha_prefill(heads, kv, m.head_dim, 1, isl, &why)?.0
+            }
+        } * m.num_layers as f64;
+        if let (true, Some(d)) = (with_draft, &self.draft) {
+            let heads = d.num_heads / tp.min(d.num_heads).max(1);
+            let kv = (d.num_kv_heads / tp).max(1);
+            us += p.mha_prefill(heads, kv, d.head_dim, 1, isl, &why)?.0;
+        }
+        Ok(us * self.profile.efficiency.in_model.value)
     }
 
     /// Explains one decode round (`spec` None: plain decode).

@@ -16,6 +16,7 @@ pub mod calibrate;
 pub mod cost;
 pub mod error;
 mod fit;
+pub mod kv;
 pub mod memory;
 mod open;
 pub mod optable;

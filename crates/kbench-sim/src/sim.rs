@@ -1,9 +1,18 @@
 //! The simulator backend: SGLang-like continuous batching in virtual time (integer ns).
 //!
-//! Scheduling follows SGLang's loop: a waiting queue; whenever a slot is free
-//! (running < max_running_requests) the waiting requests are prefilled as their own forward
-//! (EAGLE disables mixed chunked prefill), which yields each one's first token; otherwise one
-//! decode round runs over every running request. Each round is priced by the [`CostModel`].
+//! Scheduling follows SGLang's loop (prefill first): a waiting queue; whenever a slot is
+//! free (running < max_running_requests) and the KV cache can take them, waiting requests
+//! are prefilled as their own forward (EAGLE disables mixed chunked prefill), which yields
+//! each one's first token; otherwise one decode round runs over every running request. Each
+//! forward is priced by the [`CostModel`].
+//!
+//! The KV cache is a pool of token slots ([`crate::kv`]). Admission follows SGLang's
+//! PrefillAdder: a prompt is admitted when it and its (clipped) output fit what the running
+//! requests have not reserved (`new_token_ratio` of their remaining output); prompts longer
+//! than `chunked_prefill_size` are prefilled in chunks over consecutive forwards; a shared
+//! prefix, once prefilled, is served from the prefix cache. A decode round that cannot get
+//! its slots retracts requests (fewest output tokens first, then longest prompt) back to
+//! the front of the queue; they are prefilled again (prompt + output so far) later.
 //!
 //! Tokens a forward commits reach the client through the front end (detokenizer, tokenizer
 //! manager + HTTP streaming, the client's own parsing): a FIFO server costing
@@ -20,18 +29,19 @@ use std::sync::Arc;
 
 use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::backend::{
-    Backend, BackendError, ChunkEvent, Nanos, Request, RequestRecord, Session,
+    Backend, BackendError, ChunkEvent, KvCacheUsage, Nanos, Request, RequestRecord, Session,
 };
 use kbench_core::spec::{Experiment, SpecConfig};
 
-use crate::cost::{CostModel, RoundBreakdown};
+use crate::cost::{CostModel, PrefillPart, RoundBreakdown};
 use crate::error::SimError;
+use crate::kv::{
+    KvPool, CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO_FACTOR,
+    NEW_TOKEN_RATIO_DECAY_STEPS, RETRACT_DECODE_STEPS,
+};
 use crate::optable::OpTables;
 use crate::presets::{load_tables, resolve_profile};
 use crate::profile::HardwareProfile;
-
-/// SGLang's default `max_prefill_tokens`: prompt tokens admitted per prefill batch.
-pub const PREFILL_TOKEN_BUDGET: u32 = 16384;
 
 pub struct SimBackend {
     cost: CostModel,
@@ -39,6 +49,9 @@ pub struct SimBackend {
     acceptance: Option<Arc<dyn AcceptanceModel>>,
     max_running: u32,
     name: String,
+    kv: KvPool,
+    prefix_caching: bool,
+    max_prefill_tokens: u32,
 }
 
 impl SimBackend {
@@ -70,6 +83,12 @@ impl SimBackend {
                 SimError::Model(m) => SimError::Model(format!("{}: {m}", exp.path.display())),
                 e => e,
             })?;
+        let in_file = |e: SimError| match e {
+            SimError::Model(m) => SimError::Model(format!("{}: {m}", exp.path.display())),
+            e => e,
+        };
+        let kv = crate::kv::kv_pool(exp, &profile)?;
+        kv.check_fits(exp)?;
         let cost = CostModel::new(
             profile,
             tables,
@@ -77,8 +96,13 @@ impl SimBackend {
             exp.draft.clone(),
             exp.tp_size,
             exp.cuda_graph_max_bs,
-        )?;
+        )
+        .map_err(in_file)?
+        .with_kv_cache_dtype(exp.kv.kv_cache_dtype);
         Ok(SimBackend {
+            kv,
+            prefix_caching: exp.kv.prefix_caching,
+            max_prefill_tokens: exp.kv.max_prefill_tokens,
             cost,
             spec: exp.spec.clone(),
             acceptance: if exp.spec.is_speculative() {
@@ -97,6 +121,11 @@ impl SimBackend {
 
     pub fn spec(&self) -> &SpecConfig {
         &self.spec
+    }
+
+    /// The KV pool the simulation admits into.
+    pub fn kv_pool(&self) -> &KvPool {
+        &self.kv
     }
 
     /// Whether a round over `bs` requests speculates (disable_batch_threshold may turn it off).
@@ -127,6 +156,26 @@ impl Backend for SimBackend {
         "sim"
     }
 
+    /// Op-table lookups outside the measured range, one line per operator (a long run can
+    /// make hundreds of distinct queries).
+    fn warnings(&self) -> Vec<String> {
+        let mut by_op: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for q in self.flagged_queries() {
+            let op = q.split(" at (").next().unwrap_or(&q).to_string();
+            by_op.entry(op).or_default().push(q);
+        }
+        by_op
+            .into_iter()
+            .map(|(op, queries)| match queries.len() {
+                1 => format!("op table lookup outside the measured range: {}", queries[0]),
+                n => format!(
+                    "op table lookups outside the measured range: {n} for {op}, e.g. {}",
+                    queries[n - 1]
+                ),
+            })
+            .collect()
+    }
+
     fn describe(&self) -> String {
         let acc = self
             .acceptance
@@ -135,7 +184,7 @@ impl Backend for SimBackend {
             .unwrap_or_default();
         let p = &self.cost.profile;
         format!(
-            "sim: `{}` on cost model `{}` ({}){}{}",
+            "sim: `{}` on cost model `{}` ({}){}{}; {}",
             self.name,
             p.name,
             self.cost.tables_origin(),
@@ -143,7 +192,8 @@ impl Backend for SimBackend {
                 .as_ref()
                 .map(|c| format!(", calibrated to {}", c.measurements))
                 .unwrap_or_default(),
-            acc
+            acc,
+            self.kv.describe()
         )
     }
 
@@ -153,6 +203,13 @@ impl Backend for SimBackend {
             now: 0,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            chunked: None,
+            kv: KvState {
+                used: 0,
+                peak: 0,
+                prefix: None,
+                new_token_ratio: INIT_NEW_TOKEN_RATIO,
+            },
             frontend_free: 0,
             delivering: Vec::new(),
             chunks: None,
@@ -165,18 +222,52 @@ struct Live {
     submitted_ns: Nanos,
     token_times: Vec<Nanos>,
     round_commits: Vec<u32>,
+    retractions: u32,
+    /// KV slots the request holds itself (a cached shared prefix is held by the pool).
+    kv_tokens: u32,
+    /// Tokens of its prompt (and, after a retraction, its output so far) in the KV cache
+    /// in the current admission, cached prefix included.
+    prefilled: u32,
 }
 
 impl Live {
+    fn new(req: Request, submitted_ns: Nanos) -> Live {
+        Live {
+            req,
+            submitted_ns,
+            token_times: Vec::new(),
+            round_commits: Vec::new(),
+            retractions: 0,
+            kv_tokens: 0,
+            prefilled: 0,
+        }
+    }
+    fn output(&self) -> u32 {
+        self.token_times.len() as u32
+    }
     fn done(&self) -> bool {
-        self.token_times.len() as u32 >= self.req.max_tokens
+        self.output() >= self.req.output_len()
+    }
+    /// What a prefill must bring into the KV cache: the prompt, and the output kept
+    /// through a retraction.
+    fn fill_len(&self) -> u32 {
+        self.req.input_len + self.output()
+    }
+    /// The output tokens admission reserves for it: what it asked for, clipped.
+    fn reserve(&self) -> u32 {
+        self.req
+            .max_tokens
+            .saturating_sub(self.output())
+            .min(CLIP_MAX_NEW_TOKENS)
     }
     fn into_record(self) -> RequestRecord {
         RequestRecord {
             id: self.req.id,
             warmup: self.req.warmup,
             input_len: self.req.input_len,
+            requested_tokens: self.req.max_tokens,
             submitted_ns: self.submitted_ns,
+            retractions: Some(self.retractions),
             token_times_ns: self.token_times,
             round_commits: self.round_commits,
             reported_rounds: None,
@@ -185,11 +276,36 @@ impl Live {
     }
 }
 
+/// The pool's state during a level.
+struct KvState {
+    /// Slots in use: every live request's own, plus the cached shared prefix.
+    used: u64,
+    peak: u64,
+    /// The shared prefix's length, once it is in the prefix cache.
+    prefix: Option<u32>,
+    /// SGLang's estimate of the share of their remaining output running requests will
+    /// still produce: it decays while decoding goes well and jumps after a retraction.
+    new_token_ratio: f64,
+}
+
+impl KvState {
+    fn take(&mut self, tokens: u32) {
+        self.used += tokens as u64;
+        self.peak = self.peak.max(self.used);
+    }
+    fn give_back(&mut self, tokens: u32) {
+        self.used -= tokens as u64;
+    }
+}
+
 struct SimSession<'a> {
     b: &'a SimBackend,
     now: Nanos,
     waiting: VecDeque<Live>,
     running: Vec<Live>,
+    /// The request whose prompt is being prefilled in chunks (SGLang's `chunked_req`).
+    chunked: Option<Live>,
+    kv: KvState,
     /// When the front end (detokenizer, tokenizer manager, HTTP, client) is free again.
     frontend_free: Nanos,
     /// Finished requests whose last token the front end has not delivered yet.
@@ -225,30 +341,126 @@ impl SimSession<'_> {
         done
     }
 
-    fn prefill(&mut self) -> Result<(), BackendError> {
-        let room = self.b.max_running as usize - self.running.len();
-        let mut batch = Vec::new();
-        let mut tokens = 0u32;
-        while batch.len() < room {
+    fn free_slots(&self) -> u64 {
+        self.b.kv.tokens.saturating_sub(self.kv.used)
+    }
+
+    /// The prompt tokens the prefix cache serves for a request being admitted.
+    fn prefix_hit(&self, r: &Live) -> u32 {
+        match self.kv.prefix {
+            Some(p) if self.b.prefix_caching => {
+                p.min(r.req.shared_prefix_len).min(r.fill_len() - 1)
+            }
+            _ => 0,
+        }
+    }
+
+    /// A request's whole prompt is in the cache: with prefix caching its shared prefix is
+    /// the cache's from now on (one copy for everyone).
+    fn prompt_done(&mut self, r: &mut Live) {
+        let shared = r.req.shared_prefix_len;
+        if !self.b.prefix_caching || shared == 0 {
+            return;
+        }
+        if self.kv.prefix.is_none() {
+            self.kv.prefix = Some(shared);
+            r.kv_tokens -= shared;
+        } else if r.kv_tokens >= r.fill_len() {
+            // it computed the prefix beside the one that cached it: its copy is dropped
+            r.kv_tokens -= shared;
+            self.kv.give_back(shared);
+        }
+    }
+
+    /// One prefill forward if anything can be admitted (SGLang's get_new_batch_prefill):
+    /// the chunked request's next chunk first, then waiting requests while slots, the
+    /// prefill budgets and the KV cache allow. Returns whether a forward ran.
+    fn prefill(&mut self) -> Result<bool, BackendError> {
+        if self.running.is_empty() && self.chunked.is_none() {
+            self.kv.new_token_ratio = INIT_NEW_TOKEN_RATIO;
+        }
+        let mut chunk_left = self.b.kv.chunked_prefill_size.unwrap_or(u32::MAX);
+        let mut input_left = self.b.max_prefill_tokens;
+        let reserved: f64 = self
+            .running
+            .iter()
+            .map(|r| r.reserve() as f64 * self.kv.new_token_ratio)
+            .sum();
+        let mut rem_total = self.free_slots() as f64 - reserved;
+        let mut parts = Vec::new();
+        let mut whole: Vec<Live> = Vec::new();
+        if let Some(mut c) = self.chunked.take() {
+            let n = (c.fill_len() - c.prefilled).min(chunk_left);
+            parts.push(PrefillPart {
+                new_tokens: n,
+                cached: c.prefilled,
+            });
+            c.prefilled += n;
+            c.kv_tokens += n;
+            self.kv.take(n);
+            rem_total -= n as f64;
+            chunk_left -= n;
+            input_left = input_left.saturating_sub(n);
+            if c.prefilled == c.fill_len() {
+                rem_total -= c.reserve() as f64;
+                whole.push(c);
+            } else {
+                self.chunked = Some(c);
+            }
+        }
+        while self.chunked.is_none() && chunk_left > 0 {
             let Some(next) = self.waiting.front() else {
                 break;
             };
-            // Always admit one prompt, however long; then stay within the token budget.
-            if !batch.is_empty() && tokens + next.req.input_len > PREFILL_TOKEN_BUDGET {
+            if self.running.len() + whole.len() >= self.b.max_running as usize {
                 break;
             }
-            tokens += next.req.input_len;
-            batch.extend(self.waiting.pop_front());
+            let hit = self.prefix_hit(next);
+            let extend = next.fill_len() - hit;
+            if (extend + next.reserve()) as f64 >= rem_total {
+                break;
+            }
+            // Always admit one prompt, however long; then stay within the token budget.
+            if !parts.is_empty() && extend > input_left {
+                break;
+            }
+            let Some(mut r) = self.waiting.pop_front() else {
+                break;
+            };
+            let n = extend.min(chunk_left);
+            parts.push(PrefillPart {
+                new_tokens: n,
+                cached: hit,
+            });
+            r.prefilled = hit + n;
+            r.kv_tokens += n;
+            self.kv.take(n);
+            chunk_left -= n;
+            input_left = input_left.saturating_sub(n);
+            if n < extend {
+                // SGLang reserves no output for a prompt still in chunks
+                rem_total -= n as f64;
+                self.chunked = Some(r);
+            } else {
+                rem_total -= (extend + r.reserve()) as f64;
+                whole.push(r);
+            }
+        }
+        if parts.is_empty() {
+            return Ok(false);
         }
         let t = self
             .b
             .cost
-            .prefill_ns(batch.len() as u32, tokens, self.b.spec.is_speculative())
+            .prefill_parts_ns(&parts, self.b.spec.is_speculative())
             .map_err(fail)?;
         self.now += t;
-        let visible = self.deliver(batch.len() as u32);
-        for mut r in batch {
+        let visible = self.deliver(whole.len() as u32);
+        for mut r in whole {
+            self.prompt_done(&mut r);
             r.token_times.push(visible);
+            r.kv_tokens += 1;
+            self.kv.take(1);
             if let Some(chunks) = &mut self.chunks {
                 chunks.push(ChunkEvent {
                     id: r.req.id,
@@ -259,15 +471,61 @@ impl SimSession<'_> {
                 });
             }
             if r.done() {
+                self.kv.give_back(r.kv_tokens);
                 self.delivering.push(r.into_record());
             } else {
                 self.running.push(r);
             }
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// SGLang's check_decode_mem and retract_decode: when the pool cannot give every
+    /// running request its slots for one more step, requests go back to the queue (fewest
+    /// output tokens first, then the longest prompt) until each survivor has room for
+    /// RETRACT_DECODE_STEPS steps; at least one goes, and never the last.
+    fn make_room_for_decode(&mut self) {
+        let per_request = self.b.kv.decode_slots_per_request as u64;
+        if self.free_slots() >= self.running.len() as u64 * per_request {
+            let min_ratio = INIT_NEW_TOKEN_RATIO * MIN_NEW_TOKEN_RATIO_FACTOR;
+            let decay = (INIT_NEW_TOKEN_RATIO - min_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS;
+            self.kv.new_token_ratio = (self.kv.new_token_ratio - decay).max(min_ratio);
+            return;
+        }
+        let spec = if self.b.spec.is_speculative() {
+            per_request
+        } else {
+            0
+        };
+        let required = |n: usize| n as u64 * (RETRACT_DECODE_STEPS as u64 + spec);
+        // victims come off the end: most output first, ties longest prompt last
+        self.running.sort_by(|a, b| {
+            (b.output(), a.req.input_len, b.req.id).cmp(&(a.output(), b.req.input_len, a.req.id))
+        });
+        let mut first = true;
+        while self.running.len() > 1 && (first || self.free_slots() < required(self.running.len()))
+        {
+            first = false;
+            let Some(mut victim) = self.running.pop() else {
+                break;
+            };
+            self.kv.give_back(victim.kv_tokens);
+            victim.kv_tokens = 0;
+            victim.prefilled = 0;
+            victim.retractions += 1;
+            self.waiting.push_front(victim);
+        }
+        let decoded: u64 = self.running.iter().map(|r| r.output() as u64).sum();
+        let asked: u64 = self.running.iter().map(|r| r.req.max_tokens as u64).sum();
+        self.kv.new_token_ratio =
+            ((decoded + RETRACT_DECODE_STEPS as u64 * self.running.len() as u64) as f64
+                / asked.max(1) as f64)
+                .min(1.0);
+        self.running.sort_by_key(|r| r.req.id);
     }
 
     fn decode_round(&mut self) -> Result<(), BackendError> {
+        self.make_room_for_decode();
         let bs = self.running.len() as u32;
         let speculate = self.b.speculates_at(bs);
         let ctx_sum: u64 = self
@@ -281,18 +539,20 @@ impl SimSession<'_> {
         self.now += t;
         let mut commits = Vec::with_capacity(self.running.len());
         for r in &self.running {
-            let committed = r.token_times.len() as u32;
+            let committed = r.output();
             let want = match (&self.b.acceptance, speculate) {
                 (Some(a), true) => a.round_commit(r.req.id, committed, &self.b.spec).max(1),
                 _ => 1,
             };
-            commits.push(want.min(r.req.max_tokens - committed));
+            commits.push(want.min(r.req.output_len() - committed));
         }
         // One streamed chunk per request: a round's accepted tokens travel together.
         let visible = self.deliver(commits.len() as u32);
         for (r, &n) in self.running.iter_mut().zip(&commits) {
             r.token_times
                 .extend(std::iter::repeat_n(visible, n as usize));
+            r.kv_tokens += n;
+            self.kv.used += n as u64;
             // A round that did not speculate (above disable_batch_threshold) is recorded as a
             // round committing one token, so round commits always sum to tokens - 1.
             if self.b.spec.is_speculative() {
@@ -308,16 +568,44 @@ impl SimSession<'_> {
                 });
             }
         }
+        self.kv.peak = self.kv.peak.max(self.kv.used);
         let mut i = 0;
         while i < self.running.len() {
             if self.running[i].done() {
-                let r = self.running.remove(i).into_record();
-                self.delivering.push(r);
+                let r = self.running.remove(i);
+                self.kv.give_back(r.kv_tokens);
+                self.delivering.push(r.into_record());
             } else {
                 i += 1;
             }
         }
         Ok(())
+    }
+
+    fn idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty() && self.chunked.is_none()
+    }
+
+    /// One forward: a prefill if the scheduler would run one (prefill first), else a
+    /// decode round.
+    fn step(&mut self) -> Result<(), BackendError> {
+        let can_admit = self.chunked.is_some()
+            || (!self.waiting.is_empty() && (self.running.len() as u32) < self.b.max_running);
+        if can_admit && self.prefill()? {
+            return Ok(());
+        }
+        if self.running.is_empty() {
+            // the pool cannot take the next prompt with nothing running: the fit check
+            // before the run rules this out, so say so rather than spin
+            return Err(BackendError::msg(
+                "sim",
+                format!(
+                    "the KV cache ({} tokens, {} in use) cannot admit the next request",
+                    self.b.kv.tokens, self.kv.used
+                ),
+            ));
+        }
+        self.decode_round()
     }
 }
 
@@ -333,12 +621,8 @@ impl Session for SimSession<'_> {
                 format!("request {} asks for 0 tokens", request.id),
             ));
         }
-        self.waiting.push_back(Live {
-            req: request,
-            submitted_ns: self.now,
-            token_times: Vec::new(),
-            round_commits: Vec::new(),
-        });
+        let now = self.now;
+        self.waiting.push_back(Live::new(request, now));
         Ok(())
     }
 
@@ -351,7 +635,7 @@ impl Session for SimSession<'_> {
             if !finished.is_empty() {
                 return Ok(finished);
             }
-            if self.running.is_empty() && self.waiting.is_empty() {
+            if self.idle() {
                 // The GPU is idle: wait for the front end.
                 match self.delivering.iter().map(|r| r.finished_ns()).min() {
                     Some(t) => {
@@ -361,21 +645,13 @@ impl Session for SimSession<'_> {
                     None => return Ok(Vec::new()),
                 }
             }
-            if !self.waiting.is_empty() && (self.running.len() as u32) < self.b.max_running {
-                self.prefill()?;
-            } else {
-                self.decode_round()?;
-            }
+            self.step()?;
         }
     }
 
     fn advance_to(&mut self, deadline: Nanos) -> Result<Vec<RequestRecord>, BackendError> {
-        while self.now <= deadline && !(self.running.is_empty() && self.waiting.is_empty()) {
-            if !self.waiting.is_empty() && (self.running.len() as u32) < self.b.max_running {
-                self.prefill()?;
-            } else {
-                self.decode_round()?;
-            }
+        while self.now <= deadline && !self.idle() {
+            self.step()?;
         }
         self.now = self.now.max(deadline);
         Ok(self.delivered())
@@ -395,9 +671,23 @@ impl Session for SimSession<'_> {
             return true;
         }
         if let Some(i) = self.running.iter().position(|r| r.req.id == id) {
-            self.running.remove(i);
+            let r = self.running.remove(i);
+            self.kv.give_back(r.kv_tokens);
+            return true;
+        }
+        if self.chunked.as_ref().is_some_and(|c| c.req.id == id) {
+            if let Some(c) = self.chunked.take() {
+                self.kv.give_back(c.kv_tokens);
+            }
             return true;
         }
         false
+    }
+
+    fn kv_cache(&self) -> Option<KvCacheUsage> {
+        Some(KvCacheUsage {
+            capacity_tokens: self.b.kv.tokens,
+            peak_used_tokens: self.kv.peak,
+        })
     }
 }

@@ -178,6 +178,7 @@ fn sim_advance_to_matches_run_until_completion() {
             input_len: 64 + 8 * id as u32,
             max_tokens: 30 + id as u32,
             warmup: false,
+            ..Request::default()
         })
         .collect();
     let mut a = kbench_sim::SimBackend::new(&exp, Some(acc.clone())).unwrap();

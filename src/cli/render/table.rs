@@ -49,17 +49,39 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
         "   {} on {}, tp {}, {spec}; max_running_requests {}, cuda_graph_max_bs {}",
         e.model, e.hardware, e.tp_size, e.max_running_requests, e.cuda_graph_max_bs
     )?;
+    let range = |r: [u32; 2]| {
+        if r[0] == r[1] {
+            r[0].to_string()
+        } else {
+            format!("{}..{}", r[0], r[1])
+        }
+    };
+    let w = &e.workload;
+    let output = if w.ignore_eos {
+        format!("{} output tokens", range(w.output_len))
+    } else {
+        format!(
+            "{} output tokens (asks for {}, stops as at EOS)",
+            range(w.output_len),
+            e.max_tokens
+        )
+    };
+    let mut prompt = format!("input {}", range(e.input_len));
+    for (n, what) in [
+        (w.shared_prefix_len, "shared prefix"),
+        (w.context_len, "context"),
+    ] {
+        if n > 0 {
+            prompt.push_str(&format!(", {what} {n}"));
+        }
+    }
+    if w.lengths.starts_with("file ") {
+        prompt.push_str(&format!("; lengths from {}", &w.lengths[5..]));
+    }
     writeln!(
         out,
-        "   {} requests/level (+{} warm-up), {} output tokens, input {}",
-        e.requests_per_level,
-        e.warmup_requests,
-        e.max_tokens,
-        if e.input_len[0] == e.input_len[1] {
-            e.input_len[0].to_string()
-        } else {
-            format!("{}..{}", e.input_len[0], e.input_len[1])
-        }
+        "   {} requests/level (+{} warm-up), {output}, {prompt}",
+        e.requests_per_level, e.warmup_requests,
     )?;
     writeln!(out, "   {}", r.backend.description)?;
     let mut rows: Vec<Vec<String>> = vec![HEADER.iter().map(|h| h.to_string()).collect()];
@@ -97,6 +119,25 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
             level_label(m),
             ms(m.median_queue_delay_ms.unwrap_or(0.0)),
             ms(m.p99_queue_delay_ms.unwrap_or(0.0)),
+        )?;
+    }
+    for m in &r.levels {
+        let (Some(tokens), Some(peak)) = (m.kv_cache_tokens, m.peak_kv_cache_usage) else {
+            continue;
+        };
+        let retractions = m.num_retractions.unwrap_or(0);
+        // only where the cache shaped the level
+        if peak < 0.9 && retractions == 0 {
+            continue;
+        }
+        writeln!(
+            out,
+            "   {}: KV cache peaked at {:.0}% of {tokens} tokens; {retractions} retraction(s)",
+            match m.request_rate {
+                Some(_) => level_label(m),
+                None => format!("C={}", m.concurrency),
+            },
+            peak * 100.0
         )?;
     }
     for m in r.levels.iter().filter(|m| m.failed > 0) {

@@ -49,6 +49,12 @@ pub enum SpecError {
         message: String,
         fix: String,
     },
+    #[error("{path}: workload.lengths")]
+    Lengths {
+        path: PathBuf,
+        #[source]
+        source: crate::lengths::LengthFileError,
+    },
     #[error("{path}: {what}")]
     Arch {
         path: PathBuf,

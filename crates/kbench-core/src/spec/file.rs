@@ -103,6 +103,27 @@ pub struct ServerSection {
     pub max_running_requests: Option<u32>,
     #[serde(default)]
     pub cuda_graph_max_bs: Option<u32>,
+    /// Share of each GPU's memory for weights plus the KV pool (SGLang's
+    /// `--mem-fraction-static`, vLLM's `--gpu-memory-utilization`).
+    #[serde(default)]
+    pub mem_fraction_static: Option<f64>,
+    /// The KV pool in tokens, instead of what memory allows (`--max-total-tokens`).
+    #[serde(default)]
+    pub max_total_tokens: Option<u32>,
+    /// `auto` / `bf16` (default) or `fp8_e4m3` / `fp8_e5m2` (`--kv-cache-dtype`).
+    #[serde(default)]
+    pub kv_cache_dtype: Option<String>,
+    /// Reuse cached prompt prefixes (SGLang's radix cache, vLLM's prefix caching): on unless
+    /// turned off, as in both engines.
+    #[serde(default)]
+    pub prefix_caching: Option<bool>,
+    /// Prompt tokens per prefill forward; longer prompts are prefilled in chunks (-1: never
+    /// chunk). `--chunked-prefill-size`.
+    #[serde(default)]
+    pub chunked_prefill_size: Option<i64>,
+    /// Prompt tokens admitted per prefill batch (`--max-prefill-tokens`, default 16384).
+    #[serde(default)]
+    pub max_prefill_tokens: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -153,6 +174,28 @@ pub struct WorkloadSection {
     /// ...or an inclusive range, sampled per request from the experiment seed.
     #[serde(default)]
     pub input_len_range: Option<[u32; 2]>,
+    /// Output lengths drawn per request from an inclusive range (at most `max_tokens`).
+    #[serde(default)]
+    pub output_len_range: Option<[u32; 2]>,
+    /// `sglang.bench_serving`'s random dataset: prompt and output lengths uniform over
+    /// `[max(1, floor(len * ratio)), len]` of `input_len` and `max_tokens`.
+    #[serde(default)]
+    pub range_ratio: Option<f64>,
+    /// A length file (histograms or (input, output) pairs, with its source), relative to
+    /// the experiment file; outputs are capped at `max_tokens`.
+    #[serde(default)]
+    pub lengths: Option<String>,
+    /// true (default): every request generates its drawn output length, as benchmarks ask
+    /// with `ignore_eos`. false: it asks for `max_tokens` and stops at its drawn length as
+    /// if it met EOS.
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+    /// Tokens every request's prompt starts with (a system prompt, a shared document).
+    #[serde(default)]
+    pub shared_prefix_len: Option<u32>,
+    /// Tokens of context of each request's own before its prompt (long-context decode).
+    #[serde(default)]
+    pub context_len: Option<u32>,
     #[serde(default)]
     pub temperature: Option<f64>,
 }

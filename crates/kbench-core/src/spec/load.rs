@@ -81,6 +81,10 @@ fn variant_files_str(
     let _: ExperimentFile = toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
     let mut table: toml::Table =
         toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
+    let set_by_overrides = override_keys(overrides);
+    if turns_speculation_off(&set_by_overrides) {
+        clear_speculative_keys(&mut table, &set_by_overrides);
+    }
     for assignment in overrides {
         apply_override(&mut table, assignment)?;
     }
@@ -101,6 +105,9 @@ fn variant_files_str(
     for variant in &sweep.variants {
         let mut t = table.clone();
         t.remove("sweep");
+        if turns_speculation_off(&variant.set) {
+            clear_speculative_keys(&mut t, &variant.set);
+        }
         for (key, value) in &variant.set {
             set_dotted(&mut t, key, value.clone()).map_err(|reason| SpecError::Override {
                 assignment: format!("sweep variant `{}`: {key}", variant.name),
@@ -115,6 +122,54 @@ fn variant_files_str(
         out.push((Some(variant.name.clone()), file));
     }
     Ok(out)
+}
+
+/// The keys `--set` assigns, with their values where they parse (what the speculation
+/// switch looks at; errors are reported when the overrides are applied).
+fn override_keys(overrides: &[String]) -> std::collections::BTreeMap<String, toml::Value> {
+    overrides
+        .iter()
+        .filter_map(|a| a.split_once('='))
+        .map(|(k, v)| {
+            let v = v.trim();
+            let value = toml::from_str::<toml::Table>(&format!("v = {v}"))
+                .ok()
+                .and_then(|mut t| t.remove("v"))
+                .unwrap_or_else(|| toml::Value::String(v.to_string()));
+            (k.trim().to_string(), value)
+        })
+        .collect()
+}
+
+/// A variant (or `--set`) that sets `speculative.algorithm = "none"` is the file without
+/// speculation.
+fn turns_speculation_off(set: &std::collections::BTreeMap<String, toml::Value>) -> bool {
+    set.get("speculative.algorithm")
+        .and_then(|v| v.as_str())
+        .is_some_and(|a| a.eq_ignore_ascii_case("none"))
+}
+
+/// Drops the file's speculative settings that only mean something with speculation on
+/// (SGLang refuses them without an algorithm), except those the variant sets itself, so
+/// spec and baseline variants can share one file.
+fn clear_speculative_keys(
+    t: &mut toml::Table,
+    set: &std::collections::BTreeMap<String, toml::Value>,
+) {
+    let Some(toml::Value::Table(spec)) = t.get_mut("speculative") else {
+        return;
+    };
+    for key in [
+        "num_steps",
+        "eagle_topk",
+        "num_draft_tokens",
+        "spec_v2",
+        "disable_batch_threshold",
+    ] {
+        if !set.contains_key(&format!("speculative.{key}")) {
+            spec.remove(key);
+        }
+    }
 }
 
 fn parse_table(table: &toml::Table, path: &Path) -> Result<ExperimentFile, SpecError> {

@@ -5,6 +5,7 @@ mod file;
 mod load;
 mod resolve;
 mod speculative;
+mod workload;
 
 pub use error::{SourceSpan, SpecError};
 pub use file::*;
@@ -14,3 +15,6 @@ pub use resolve::{
     SPEC_DEFAULT_MAX_RUNNING_REQUESTS,
 };
 pub use speculative::{validate_speculative, RuleViolation, SpecConfig, VerifyMethod};
+pub use workload::{
+    ChunkedPrefill, KvCacheDtype, KvSettings, RequestLengths, Workload, DEFAULT_MAX_PREFILL_TOKENS,
+};

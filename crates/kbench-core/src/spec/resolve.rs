@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::error::SpecError;
 use super::file::{Algorithm, ExperimentFile};
 use super::speculative::{validate_speculative, SpecConfig};
+use super::workload::{KvSettings, Workload};
 use crate::arch::{DraftArch, ModelArch};
 
 /// The hardware the experiment names; its contents are the backend's business.
@@ -45,7 +46,11 @@ pub struct Experiment {
     pub requests_per_level: u32,
     pub warmup_requests: u32,
     pub max_tokens: u32,
+    /// The shortest and longest whole prompt (shared prefix and context included).
     pub input_len: (u32, u32),
+    pub workload: Workload,
+    /// KV pool, prefix caching, chunked prefill.
+    pub kv: KvSettings,
     pub trace: Option<PathBuf>,
     /// Warnings SGLang would log (e.g. max_running_requests forced to 48).
     pub notes: Vec<String>,
@@ -307,32 +312,9 @@ pub(crate) fn resolve(
         ));
     }
     let w = &file.workload;
-    if w.max_tokens == 0 {
-        return Err(invalid(
-            "workload.max_tokens",
-            "max_tokens = 0 generates nothing".into(),
-            "use 1 or more",
-        ));
-    }
-    let input_len = match (w.input_len, w.input_len_range) {
-        (Some(n), None) if n > 0 => (n, n),
-        (None, Some([lo, hi])) if lo > 0 && lo <= hi => (lo, hi),
-        (None, None) => {
-            return Err(invalid(
-                "workload.input_len",
-                "the workload needs a prompt length".into(),
-                "set `input_len = 512` or `input_len_range = [256, 1024]`",
-            ))
-        }
-        _ => {
-            return Err(invalid(
-                "workload.input_len",
-                "give one of input_len (>= 1) or input_len_range = [lo, hi] with 1 <= lo <= hi"
-                    .into(),
-                "e.g. input_len = 512",
-            ))
-        }
-    };
+    let workload = super::workload::resolve_workload(w, &model, path, base_dir, &invalid)?;
+    let kv = super::workload::resolve_kv(s, &invalid)?;
+    let input_len = workload.prompt_bounds();
     let trace = w.trace.as_ref().map(|t| base_dir.join(t));
     if let Some(reference) = &file.reference {
         for p in &reference.points {
@@ -374,6 +356,8 @@ pub(crate) fn resolve(
         warmup_requests: b.warmup_requests as u32,
         max_tokens: w.max_tokens,
         input_len,
+        workload,
+        kv,
         trace,
         concurrency,
         request_rates: b.request_rate.clone(),

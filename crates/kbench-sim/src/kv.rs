@@ -1,0 +1,242 @@
+//! The KV-cache pool as SGLang sizes it (v0.5 `server_args` heuristics and
+//! `profile_max_num_token`), and the constants of its admission and retraction policy.
+//!
+//! - Pool bytes per GPU: `mem_fraction_static * GPU memory - weights per GPU`.
+//! - Bytes per token per GPU: MLA keeps one latent of `kv_lora_rank + qk_rope_head_dim`
+//!   per layer, replicated on every tensor-parallel rank; MHA/GQA keeps K and V of the
+//!   rank's KV heads. The EAGLE-3 draft has its own KV (one layer) over the same token
+//!   slots; SGLang sizes the token count from the target alone and takes the draft's KV
+//!   from the slack it reserves for speculation, so it is reported, not subtracted.
+//! - With speculation the pool gains `max_running * (steps * topk + draft_tokens) + 100`
+//!   slots for draft and verify tokens.
+
+use kbench_core::arch::{ArchFamily, DraftArch, ModelArch};
+use kbench_core::spec::{ChunkedPrefill, Experiment, KvCacheDtype, SpecConfig};
+use serde::Serialize;
+
+use crate::error::SimError;
+use crate::memory::weight_footprint;
+use crate::profile::HardwareProfile;
+
+/// SGLang's `CLIP_MAX_NEW_TOKENS`: the most output tokens admission reserves per request.
+pub const CLIP_MAX_NEW_TOKENS: u32 = 4096;
+/// `SGLANG_INIT_NEW_TOKEN_RATIO` (times schedule_conservativeness 1.0).
+pub const INIT_NEW_TOKEN_RATIO: f64 = 0.7;
+/// `SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR`.
+pub const MIN_NEW_TOKEN_RATIO_FACTOR: f64 = 0.14;
+/// `SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS`.
+pub const NEW_TOKEN_RATIO_DECAY_STEPS: f64 = 600.0;
+/// `SGLANG_RETRACT_DECODE_STEPS`: decode steps of room retraction leaves each survivor.
+pub const RETRACT_DECODE_STEPS: u32 = 20;
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// The KV pool of one GPU, with how it was sized.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KvPool {
+    /// Token slots (every rank holds the same count).
+    pub tokens: u64,
+    pub mem_fraction_static: f64,
+    /// Where mem_fraction_static came from (the file, or SGLang's heuristic).
+    pub mem_fraction_origin: &'static str,
+    pub gpu_bytes: f64,
+    pub weight_bytes: f64,
+    /// What memory leaves for the target's KV.
+    pub pool_bytes: f64,
+    pub target_bytes_per_token: u64,
+    pub draft_bytes_per_token: u64,
+    /// Slots added for draft and verify tokens (speculation only).
+    pub speculative_slots: u64,
+    /// `max_total_tokens` lowered the count.
+    pub capped_by_max_total_tokens: bool,
+    /// Free slots a decode step needs per request: 1, or with EAGLE
+    /// `num_draft_tokens + topk * num_steps`.
+    pub decode_slots_per_request: u32,
+    pub chunked_prefill_size: Option<u32>,
+}
+
+/// SGLang's per-GPU defaults by memory (`_handle_gpu_memory_settings`):
+/// (chunked_prefill_size, cuda_graph_max_bs at tp >= 4).
+fn gpu_memory_defaults(gpu_mib: f64) -> (u32, u32) {
+    match gpu_mib {
+        m if m < 20.0 * 1024.0 => (2048, 8),
+        m if m < 35.0 * 1024.0 => (2048, 80),
+        m if m < 60.0 * 1024.0 => (4096, 160),
+        m if m < 160.0 * 1024.0 => (8192, 512),
+        _ => (16384, 512),
+    }
+}
+
+/// The chunk size an experiment runs with: its own, or SGLang's default for the GPU.
+pub fn chunked_prefill_size(exp: &Experiment, profile: &HardwareProfile) -> Option<u32> {
+    match exp.kv.chunked_prefill {
+        ChunkedPrefill::Off => None,
+        ChunkedPrefill::Size(n) => Some(n),
+        ChunkedPrefill::Default => Some(gpu_memory_defaults(gpu_mib(profile)).0),
+    }
+}
+
+fn gpu_mib(profile: &HardwareProfile) -> f64 {
+    profile.gpu.memory_gib.value * 1024.0
+}
+
+/// SGLang v0.5's `mem_fraction_static` when unset: GPU memory less a reserve for
+/// activations (the prefill chunk), CUDA graphs, communication and speculation.
+pub fn default_mem_fraction_static(
+    exp: &Experiment,
+    profile: &HardwareProfile,
+    chunk: Option<u32>,
+) -> f64 {
+    let gpu = gpu_mib(profile);
+    let (_, graph_bs) = gpu_memory_defaults(gpu);
+    let prefill = chunk.unwrap_or(exp.kv.max_prefill_tokens).max(2048) as f64;
+    let mut reserved =
+        512.0 + prefill * 1.5 + graph_bs as f64 * 2.0 + exp.tp_size as f64 / 8.0 * 1024.0;
+    if gpu > 60.0 * 1024.0 {
+        reserved = reserved.max(10.0 * 1024.0);
+    }
+    if exp.spec.is_speculative() {
+        reserved += 2.0 * 1024.0;
+    }
+    ((gpu - reserved) / gpu * 1000.0).round() / 1000.0
+}
+
+/// Bytes of target KV per token on one rank.
+pub fn target_bytes_per_token(model: &ModelArch, tp: u32, dtype: KvCacheDtype) -> u64 {
+    let b = dtype.bytes() as u64;
+    let layers = model.num_layers as u64;
+    match (&model.family, &model.mla) {
+        (ArchFamily::MlaMoe, Some(m)) => layers * (m.kv_lora_rank + m.qk_rope_head_dim) as u64 * b,
+        _ => {
+            let kv = (model.num_kv_heads / tp.max(1)).max(1) as u64;
+            layers * 2 * kv * model.head_dim as u64 * b
+        }
+    }
+}
+
+/// Bytes of the EAGLE-3 draft's KV (one layer) per token on one rank.
+pub fn draft_bytes_per_token(draft: &DraftArch, tp: u32, dtype: KvCacheDtype) -> u64 {
+    let kv = (draft.num_kv_heads / tp.max(1)).max(1) as u64;
+    2 * kv * draft.head_dim as u64 * dtype.bytes() as u64
+}
+
+/// Sizes the pool; an error says why nothing is left for it.
+pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, SimError> {
+    let chunk = chunked_prefill_size(exp, profile);
+    let (mf, origin) = match exp.kv.mem_fraction_static {
+        Some(f) => (f, "file"),
+        None => (
+            default_mem_fraction_static(exp, profile, chunk),
+            "SGLang's default for the GPU",
+        ),
+    };
+    let gpu_bytes = profile.gpu.memory_gib.value * GIB;
+    let weight_bytes = weight_footprint(&exp.model, exp.draft.as_ref(), exp.tp_size).per_gpu_bytes;
+    let pool_bytes = gpu_bytes * mf - weight_bytes;
+    let dtype = exp.kv.kv_cache_dtype;
+    let target = target_bytes_per_token(&exp.model, exp.tp_size, dtype);
+    let draft = exp
+        .draft
+        .as_ref()
+        .filter(|_| exp.spec.is_speculative())
+        .map(|d| draft_bytes_per_token(d, exp.tp_size, dtype))
+        .unwrap_or(0);
+    if pool_bytes <= 0.0 {
+        return Err(SimError::Model(format!(
+            "{}: no memory is left for the KV cache: mem_fraction_static {mf} ({origin}) of {:.1} GiB is {:.1} GiB, and the weights take {:.1} GiB per GPU at tp_size {}; raise mem_fraction_static or tp_size",
+            exp.path.display(),
+            profile.gpu.memory_gib.value,
+            gpu_bytes * mf / GIB,
+            weight_bytes / GIB,
+            exp.tp_size
+        )));
+    }
+    let mut tokens = (pool_bytes / target as f64) as u64;
+    let s = &exp.spec;
+    let speculative_slots = if s.is_speculative() {
+        exp.max_running_requests as u64 * (s.num_steps * s.eagle_topk + s.num_draft_tokens) as u64
+            + 100
+    } else {
+        0
+    };
+    tokens += speculative_slots;
+    let capped = exp.kv.max_total_tokens.is_some_and(|m| (m as u64) < tokens);
+    if let Some(m) = exp.kv.max_total_tokens {
+        tokens = tokens.min(m as u64);
+    }
+    Ok(KvPool {
+        tokens,
+        mem_fraction_static: mf,
+        mem_fraction_origin: origin,
+        gpu_bytes,
+        weight_bytes,
+        pool_bytes,
+        target_bytes_per_token: target,
+        draft_bytes_per_token: draft,
+        speculative_slots,
+        capped_by_max_total_tokens: capped,
+        decode_slots_per_request: decode_slots_per_request(s),
+        chunked_prefill_size: chunk,
+    })
+}
+
+/// SGLang's `decode_mem_cache_buf_multiplier`.
+pub fn decode_slots_per_request(s: &SpecConfig) -> u32 {
+    if s.is_speculative() {
+        s.num_draft_tokens + s.eagle_topk * s.num_steps
+    } else {
+        1
+    }
+}
+
+impl KvPool {
+    /// Refuses, with the numbers, a workload whose longest request cannot fit the pool
+    /// alone: SGLang would retract it forever.
+    pub fn check_fits(&self, exp: &Experiment) -> Result<(), SimError> {
+        let (_, longest) = exp.input_len;
+        let need = longest as u64 + exp.max_tokens as u64 + self.decode_slots_per_request as u64;
+        if need <= self.tokens {
+            return Ok(());
+        }
+        let sized = if self.capped_by_max_total_tokens {
+            "max_total_tokens".to_string()
+        } else {
+            format!(
+                "{:.2} GiB left after {:.1} GiB of weights in {} of {:.1} GiB, at {} bytes per token",
+                self.pool_bytes / GIB,
+                self.weight_bytes / GIB,
+                self.mem_fraction_static,
+                self.gpu_bytes / GIB,
+                self.target_bytes_per_token
+            )
+        };
+        Err(SimError::Model(format!(
+            "{}: one request does not fit the KV cache: the longest needs {need} tokens ({longest} of prompt + max_tokens {} + {} for a decode step), the pool holds {} ({sized}); use kv_cache_dtype = \"fp8_e4m3\", a larger mem_fraction_static or tp_size, or a shorter context",
+            exp.path.display(),
+            exp.max_tokens,
+            self.decode_slots_per_request,
+            self.tokens,
+        )))
+    }
+
+    /// One line for the report.
+    pub fn describe(&self) -> String {
+        format!(
+            "KV cache: {} tokens per GPU ({} B/token{}; mem_fraction_static {} from {}{})",
+            self.tokens,
+            self.target_bytes_per_token,
+            if self.draft_bytes_per_token > 0 {
+                format!(" + draft {} B/token", self.draft_bytes_per_token)
+            } else {
+                String::new()
+            },
+            self.mem_fraction_static,
+            self.mem_fraction_origin,
+            if self.capped_by_max_total_tokens {
+                ", capped by max_total_tokens"
+            } else {
+                ""
+            }
+        )
+    }
+}

@@ -1,0 +1,191 @@
+//! The KV cache in the simulator: the pool is never overfilled, every request finishes
+//! (retracted ones later) with the tokens it should produce, a shared prefix is prefilled
+//! once with prefix caching, and long prompts are prefilled in chunks.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kbench_core::acceptance::AcceptanceModel;
+use kbench_core::harness::{run_levels, LevelResult, NoProgress};
+use kbench_core::spec::{load_experiment_str, Experiment};
+use kbench_sim::acceptance::DepthRateAcceptance;
+use kbench_sim::predict::load_plan;
+use kbench_sim::SimBackend;
+use proptest::prelude::*;
+
+fn experiment(server: &str, workload: &str, benchmark: &str) -> Experiment {
+    let text = format!(
+        "name = \"t\"\nseed = 11\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-rtx-pro-6000-server\"\n\
+         [server]\ntp_size = 8\n{server}\n[draft]\npreset = \"kimi-k2.5-eagle3\"\n\
+         [speculative]\nalgorithm = \"EAGLE3\"\nnum_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = true\n\
+         [workload]\n{workload}\n[benchmark]\n{benchmark}\n"
+    );
+    load_experiment_str(&text, Path::new("test.toml"), &[])
+        .unwrap()
+        .remove(0)
+        .experiment
+}
+
+fn run(exp: &Experiment) -> Vec<LevelResult> {
+    let acc: Arc<dyn AcceptanceModel> = Arc::new(DepthRateAcceptance::kimi_chat(7));
+    let mut b = SimBackend::new(exp, Some(acc)).unwrap();
+    run_levels(&mut b, &load_plan(exp), &mut NoProgress).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// However small the pool, it is never overfilled; every request finishes exactly once
+    /// with the tokens its lengths say (retracted ones too), and the run is deterministic.
+    #[test]
+    fn the_pool_is_never_overfilled_and_nothing_is_lost(
+        pool in 900u32..6000,
+        clients in 1u32..40,
+        input in (1u32..400, 0u32..400),
+        output in (1u32..120, 0u32..200),
+        ignore_eos in any::<bool>(),
+        prefix in 0u32..300,
+        caching in any::<bool>(),
+        chunk in proptest::option::of(64i64..600),
+        rate in proptest::option::of(1.0f64..60.0),
+    ) {
+        let max_tokens = output.0 + output.1;
+        let server = format!(
+            "max_total_tokens = {pool}\nprefix_caching = {caching}\nchunked_prefill_size = {}\nmem_fraction_static = 0.85",
+            chunk.unwrap_or(-1)
+        );
+        let workload = format!(
+            "max_tokens = {max_tokens}\ninput_len_range = [{}, {}]\noutput_len_range = [{}, {max_tokens}]\nignore_eos = {ignore_eos}\nshared_prefix_len = {prefix}",
+            input.0, input.0 + input.1, output.0
+        );
+        let levels = match rate {
+            Some(r) => format!("request_rate = [{r}]\nmax_concurrency = {clients}"),
+            None => format!("concurrency = [{clients}]"),
+        };
+        let benchmark = format!("{levels}\nrequests_per_level = 24\nwarmup_requests = 2");
+        let exp = experiment(&server, &workload, &benchmark);
+        let need = exp.input_len.1 + max_tokens + 5;
+        prop_assume!(need <= pool);
+        let plan = load_plan(&exp);
+        let levels = run(&exp);
+        let l = &levels[0];
+        let m = &l.metrics;
+        prop_assert_eq!(m.kv_cache_tokens, Some(pool as u64));
+        let peak = m.peak_kv_cache_usage.unwrap();
+        prop_assert!(peak <= 1.0, "peak usage {}", peak);
+        prop_assert_eq!(m.completed, 24);
+        let mut ids: Vec<u64> = l.records.iter().map(|r| r.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        prop_assert_eq!(ids.len(), 26);
+        for r in &l.records {
+            let lengths = plan.workload.request(plan.seed, r.id);
+            prop_assert_eq!(r.input_len, lengths.input_len);
+            prop_assert_eq!(r.requested_tokens, lengths.max_tokens);
+            prop_assert_eq!(
+                r.output_tokens(),
+                lengths.stop_at.unwrap_or(lengths.max_tokens),
+                "request {}", r.id
+            );
+            prop_assert!(r.retractions.is_some());
+            prop_assert!(r.token_times_ns.windows(2).all(|w| w[0] <= w[1]));
+        }
+        prop_assert_eq!(
+            m.num_retractions,
+            Some(l.records.iter().filter(|r| !r.warmup).map(|r| r.retractions.unwrap() as u64).sum())
+        );
+        let again = run(&exp);
+        prop_assert_eq!(&again[0].records, &l.records);
+    }
+}
+
+#[test]
+fn a_tight_pool_retracts_and_every_request_still_finishes() {
+    let exp = experiment(
+        "max_total_tokens = 3000",
+        "max_tokens = 200\ninput_len = 128",
+        "concurrency = [32]\nrequests_per_level = 64\nwarmup_requests = 0",
+    );
+    let m = &run(&exp)[0].metrics;
+    assert!(m.num_retractions.unwrap() > 0, "{m:?}");
+    assert_eq!(m.completed, 64);
+    assert_eq!(m.total_output_tokens, 64 * 200);
+    // a roomy pool admits all 32 at once and never retracts
+    let roomy = experiment(
+        "",
+        "max_tokens = 200\ninput_len = 128",
+        "concurrency = [32]\nrequests_per_level = 64\nwarmup_requests = 0",
+    );
+    let r = &run(&roomy)[0].metrics;
+    assert_eq!(r.num_retractions, Some(0));
+    assert!(r.output_throughput > m.output_throughput * 1.2);
+}
+
+#[test]
+fn requests_that_meet_eos_produce_less_than_they_ask() {
+    let exp = experiment(
+        "",
+        "max_tokens = 100\ninput_len = 64\noutput_len_range = [10, 60]\nignore_eos = false",
+        "concurrency = [4]\nrequests_per_level = 16\nwarmup_requests = 0",
+    );
+    let m = &run(&exp)[0].metrics;
+    assert_eq!(m.requested_output_tokens, Some(16 * 100));
+    assert!(m.total_output_tokens >= 16 * 10 && m.total_output_tokens <= 16 * 60);
+    let asks_what_it_gets = experiment(
+        "",
+        "max_tokens = 100\ninput_len = 64\noutput_len_range = [10, 60]",
+        "concurrency = [4]\nrequests_per_level = 16\nwarmup_requests = 0",
+    );
+    let m2 = &run(&asks_what_it_gets)[0].metrics;
+    assert_eq!(m2.requested_output_tokens, None);
+    // the same drawn lengths either way
+    assert_eq!(m2.total_output_tokens, m.total_output_tokens);
+}
+
+#[test]
+fn a_cached_shared_prefix_is_prefilled_once() {
+    let run_with = |caching: bool| {
+        let exp = experiment(
+            &format!("prefix_caching = {caching}"),
+            "max_tokens = 32\ninput_len = 64\nshared_prefix_len = 8000",
+            "concurrency = [1]\nrequests_per_level = 8\nwarmup_requests = 1",
+        );
+        run(&exp)[0].metrics.clone()
+    };
+    let (on, off) = (run_with(true), run_with(false));
+    // the warm-up request prefilled the prefix: measured prompts prefill 64 tokens
+    assert!(
+        on.median_ttft_ms * 5.0 < off.median_ttft_ms,
+        "{} vs {}",
+        on.median_ttft_ms,
+        off.median_ttft_ms
+    );
+    // and the cache holds one copy: 8 requests' worth of prompts would not fit this pool
+    let exp = experiment(
+        "max_total_tokens = 12000",
+        "max_tokens = 32\ninput_len = 64\nshared_prefix_len = 8000",
+        "concurrency = [8]\nrequests_per_level = 8\nwarmup_requests = 0",
+    );
+    let m = &run(&exp)[0].metrics;
+    assert_eq!(m.num_retractions, Some(0));
+    assert!(m.peak_kv_cache_usage.unwrap() < 0.8, "{m:?}");
+}
+
+#[test]
+fn long_prompts_are_prefilled_in_chunks_at_about_the_same_cost() {
+    let ttft = |chunk: i64| {
+        let exp = experiment(
+            // SGLang's default memory fraction reserves a whole unchunked prefill's
+            // activations, which leaves Kimi-K2.5 no KV cache on this GPU
+            &format!("chunked_prefill_size = {chunk}\nmem_fraction_static = 0.85"),
+            "max_tokens = 8\ninput_len = 20000",
+            "concurrency = [1]\nrequests_per_level = 2\nwarmup_requests = 0",
+        );
+        run(&exp)[0].metrics.median_ttft_ms
+    };
+    let (whole, chunked) = (ttft(-1), ttft(4096));
+    // five chunks: the same attention in all (A(p + c) - A(p) sums to A(n)), the GEMMs
+    // of five smaller passes
+    let ratio = chunked / whole;
+    assert!((0.8..1.3).contains(&ratio), "{chunked} vs {whole}");
+}
