@@ -45,6 +45,9 @@ pub enum Command {
     /// Set two or more `--json` reports (any backends) side by side per level, with each
     /// one's difference from the first.
     Compare(CompareArgs),
+    /// Run the fidelity corpus (public measurements, each in experiment-file terms) on the
+    /// simulator: every point measured beside predicted, and the errors per role and metric.
+    Fidelity(FidelityArgs),
     /// Serve SGLang's and OpenAI's HTTP APIs: the engine (--model), or an experiment's
     /// modelled deployment played out in wall time (--sim). Flags keep SGLang's names.
     Serve(ServeArgs),
@@ -57,6 +60,19 @@ pub struct CompareArgs {
     #[arg(required = true, num_args = 2.., value_name = "REPORT.json")]
     pub reports: Vec<PathBuf>,
     /// Also write output throughput against concurrency, one line per report, as SVG.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct FidelityArgs {
+    /// Corpus files (default: every `*.toml` in data/validation/).
+    #[arg(value_name = "CORPUS.toml")]
+    pub files: Vec<PathBuf>,
+    /// Also write every point and the summary as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also write a parity plot (measured against predicted, log-log, the +-10% band) as SVG.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
 }

@@ -9,6 +9,7 @@ mod engine;
 pub mod error;
 pub mod exit;
 pub mod experiment;
+mod fidelity;
 mod interrupt;
 mod output;
 mod progress;
@@ -57,5 +58,6 @@ fn dispatch(cli: Cli) -> CliResult<()> {
         Command::Serve(a) => serve::run(a),
         Command::SglangArgs(a) => experiment::sglang_args(a),
         Command::Compare(a) => compare::run(a),
+        Command::Fidelity(a) => fidelity::run(a),
     }
 }

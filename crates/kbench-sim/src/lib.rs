@@ -13,8 +13,10 @@
 
 pub mod acceptance;
 pub mod calibrate;
+pub mod corpus;
 pub mod cost;
 pub mod error;
+pub mod fidelity;
 mod fit;
 pub mod kv;
 pub mod memory;

@@ -2,5 +2,6 @@
 
 pub mod compare;
 pub mod csv;
+pub mod fidelity;
 pub mod plot;
 pub mod table;

@@ -1,0 +1,195 @@
+//! The fidelity corpus: one TOML file per public source of end-to-end measurements. Each
+//! case is an experiment file (with `--set`-style overrides) in the configuration the source
+//! ran, and the points it measured; each case has a role, `fit` (calibration may use it) or
+//! `check` (never fitted to). The measured values are only ever compared with predictions.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SimError;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorpusFile {
+    pub source: Source,
+    pub cases: Vec<Case>,
+}
+
+/// Where the numbers come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    /// Short stable name, used in tables and plots.
+    pub name: String,
+    /// A repository, path and commit, or a URL.
+    #[serde(default)]
+    pub repository: Option<String>,
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub commit: Option<String>,
+    #[serde(default)]
+    pub url: Option<String>,
+    /// What the source measured and how, in a sentence or two.
+    pub description: String,
+    /// How the source defines each metric it reports, by kbench metric name.
+    #[serde(default)]
+    pub metrics: BTreeMap<String, String>,
+    /// Points left out, and why.
+    #[serde(default)]
+    pub excluded: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Fit,
+    Check,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Fit => "fit",
+            Role::Check => "check",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    pub name: String,
+    /// The experiment file, relative to the corpus file.
+    pub experiment: String,
+    /// Dotted keys to override, as with `--set`.
+    #[serde(default)]
+    pub set: BTreeMap<String, toml::Value>,
+    pub role: Role,
+    /// The serving engine and version the source ran (`vllm v0.16.0`, `sglang ...`).
+    pub engine: String,
+    /// Requests per level as `requests_per_client * the highest concurrency` (at least 8):
+    /// the source's own count where it says, enough for a steady state otherwise. Unset:
+    /// the experiment file's `requests_per_level`.
+    #[serde(default)]
+    pub requests_per_client: Option<u32>,
+    pub points: Vec<Point>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Point {
+    /// A report key of a level (`mean_tpot_ms`, `output_throughput`, ...) or
+    /// `saturation_output_throughput`.
+    pub metric: String,
+    /// The level it was measured at (none for `saturation_output_throughput`).
+    #[serde(default)]
+    pub concurrency: Option<u32>,
+    pub value: f64,
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// A corpus file as read, with where it lives.
+#[derive(Debug, Clone)]
+pub struct LoadedCorpus {
+    pub path: PathBuf,
+    pub file: CorpusFile,
+}
+
+/// The level metrics a point may name (every numeric key of a level's report).
+pub const POINT_METRICS: [&str; 14] = [
+    "output_throughput",
+    "saturation_output_throughput",
+    "per_request_output_throughput",
+    "request_throughput",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "mean_e2e_latency_ms",
+    "accept_length",
+];
+
+pub fn load_corpus(path: &Path) -> Result<LoadedCorpus, SimError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+        what: "corpus file",
+        path: path.into(),
+        source,
+    })?;
+    let bad = |message: String| SimError::Measurements {
+        path: path.into(),
+        message,
+    };
+    let file: CorpusFile = toml::from_str(&text).map_err(|e| bad(e.message().to_string()))?;
+    if file.cases.is_empty() {
+        return Err(bad("no [[cases]]".into()));
+    }
+    if file.source.repository.is_none() && file.source.url.is_none() {
+        return Err(bad(
+            "[source] needs `repository` (with `path` and `commit`) or `url`".into(),
+        ));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for case in &file.cases {
+        if !names.insert(case.name.as_str()) {
+            return Err(bad(format!("case `{}` appears twice", case.name)));
+        }
+        if case.points.is_empty() {
+            return Err(bad(format!("case `{}` has no points", case.name)));
+        }
+        for p in &case.points {
+            if !POINT_METRICS.contains(&p.metric.as_str()) {
+                return Err(bad(format!(
+                    "case `{}`: unknown metric `{}` (known: {})",
+                    case.name,
+                    p.metric,
+                    POINT_METRICS.join(", ")
+                )));
+            }
+            if (p.metric == "saturation_output_throughput") != p.concurrency.is_none() {
+                return Err(bad(format!(
+                    "case `{}`: `{}` {}",
+                    case.name,
+                    p.metric,
+                    if p.concurrency.is_none() {
+                        "needs the concurrency it was measured at"
+                    } else {
+                        "is over all levels: give no concurrency"
+                    }
+                )));
+            }
+            if !(p.value.is_finite() && p.value > 0.0) {
+                return Err(bad(format!(
+                    "case `{}`: value {} is not a positive number",
+                    case.name, p.value
+                )));
+            }
+        }
+    }
+    Ok(LoadedCorpus {
+        path: path.into(),
+        file,
+    })
+}
+
+/// Every `*.toml` directly in `dir`, in name order.
+pub fn corpus_files(dir: &Path) -> Result<Vec<PathBuf>, SimError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| SimError::Read {
+        what: "corpus directory",
+        path: dir.into(),
+        source,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}

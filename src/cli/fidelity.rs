@@ -1,0 +1,50 @@
+//! `kbench fidelity [CORPUS.toml ...]`: the corpus on the simulator, errors per point and
+//! per role and metric.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use kbench_sim::corpus::{corpus_files, load_corpus};
+use kbench_sim::fidelity::run_corpus;
+
+use super::args::FidelityArgs;
+use super::error::{io_error, CliError, CliResult};
+use super::exit;
+use super::output::write_file;
+use super::render;
+
+/// Where the shipped corpus lives, relative to the project root.
+const CORPUS_DIR: &str = "data/validation";
+
+pub fn run(args: FidelityArgs) -> CliResult<()> {
+    let invalid = |e: kbench_sim::SimError| CliError::from_chain(exit::INVALID_INPUT, &e);
+    let files: Vec<PathBuf> = if args.files.is_empty() {
+        corpus_files(std::path::Path::new(CORPUS_DIR)).map_err(|e| {
+            invalid(e).prefixed(format!(
+                "no corpus files given and none found in {CORPUS_DIR}/ (run from the project root, or name them)"
+            ))
+        })?
+    } else {
+        args.files.clone()
+    };
+    let corpora = files
+        .iter()
+        .map(|f| load_corpus(f).map_err(invalid))
+        .collect::<CliResult<Vec<_>>>()?;
+    let report = run_corpus(&corpora);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    render::fidelity::write_fidelity(&mut out, &report)
+        .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
+    out.flush().ok();
+    if let Some(path) = &args.json {
+        let mut text = serde_json::to_string_pretty(&report)
+            .map_err(|e| CliError::new(exit::OUTPUT, format!("serializing the report: {e}")))?;
+        text.push('\n');
+        write_file(path, text.as_bytes())?;
+    }
+    if let Some(path) = &args.plot {
+        write_file(path, render::fidelity::parity_svg(&report).as_bytes())?;
+    }
+    Ok(())
+}

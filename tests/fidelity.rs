@@ -1,0 +1,30 @@
+//! `kbench fidelity` over the shipped corpus: the table is pinned.
+
+mod common;
+
+use common::kbench;
+
+#[test]
+fn the_shipped_corpus_table_is_pinned() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("fidelity.json");
+    let svg = dir.path().join("parity.svg");
+    let (code, stdout, stderr) = kbench(
+        root,
+        &[
+            "fidelity",
+            "--json",
+            json.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    insta::assert_snapshot!(stdout);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(v["points"].as_array().unwrap().len() > 60);
+    assert!(v["summary"]["check"]["mean_tpot_ms"]["median_abs_pct"].is_number());
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<circle"));
+}
