@@ -39,6 +39,9 @@ pub struct ExperimentSummary {
     pub model: String,
     pub draft: Option<String>,
     pub hardware: String,
+    /// The engine whose scheduler was simulated, where the file names one (`vllm 0.22.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
     pub tp_size: u32,
     pub max_running_requests: u32,
     pub cuda_graph_max_bs: u32,
@@ -180,6 +183,10 @@ pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> Experime
             HardwareRef::Preset(p) => p.clone(),
             HardwareRef::Profile(p) => p.display().to_string(),
         },
+        engine: exp.file.engine.as_ref().map(|e| match &e.version {
+            Some(v) => format!("{} {v}", e.name),
+            None => e.name.clone(),
+        }),
         tp_size: exp.tp_size,
         max_running_requests: exp.max_running_requests,
         cuda_graph_max_bs: exp.cuda_graph_max_bs,

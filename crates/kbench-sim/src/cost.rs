@@ -807,6 +807,47 @@ impl CostModel {
         Ok(to_ns(t))
     }
 
+    /// A vLLM step: `decode_bs` running requests decoding one token each (mean context
+    /// `ctx`) and the prefill `parts`, in one forward. Without parts it is a plain decode
+    /// step. With them the step runs eagerly: its GEMMs and all-reduces cover every row,
+    /// the chunks' attention is priced as in [`CostModel::prefill_parts_ns`] (the decode
+    /// rows counted into the chunks' prompt length, a small overestimate), and the decode
+    /// rows add their attention over their caches.
+    pub fn mixed_step_ns(
+        &self,
+        decode_bs: u32,
+        ctx: f64,
+        parts: &[PrefillPart],
+    ) -> Result<u64, SimError> {
+        if parts.is_empty() {
+            return self.round_ns(decode_bs, ctx, None);
+        }
+        let chunk: u32 = parts.iter().map(|p| p.new_tokens).sum();
+        let mut gpu = self
+            .pass_time(
+                PassKind::TargetPrefill,
+                chunk + decode_bs,
+                parts.len() as u32,
+                0.0,
+            )?
+            .2;
+        for part in parts.iter().filter(|p| p.cached > 0) {
+            let (p, c) = (part.cached as f64, part.new_tokens as f64);
+            let a = |n: f64| self.prefill_attention_us(n, false);
+            gpu += (a(p + c)? - a(p)? - a(c)?).max(0.0);
+        }
+        if decode_bs > 0 {
+            let d = self.price(PassKind::TargetDecode, decode_bs, decode_bs)?;
+            let base = d.attention_base();
+            gpu += (base + (d.attention_at(ctx) - base) * self.kv_read_scale)
+                * self.profile.efficiency.in_model.value;
+        }
+        let (host, combine, sync) = self.host_round(decode_bs, None);
+        let total = combine_round(gpu, host, combine, sync)
+            + parts.len() as f64 * self.us("host.prefill_per_request_us");
+        Ok(to_ns(total))
+    }
+
     /// Attention of one prompt of `isl` tokens over every layer (and the draft's), after
     /// `in_model`.
     fn prefill_attention_us(&self, isl: f64, with_draft: bool) -> Result<f64, SimError> {

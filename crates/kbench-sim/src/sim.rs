@@ -31,7 +31,7 @@ use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::backend::{
     Backend, BackendError, ChunkEvent, KvCacheUsage, Nanos, Request, RequestRecord, Session,
 };
-use kbench_core::spec::{Experiment, SpecConfig};
+use kbench_core::spec::{EngineKind, Experiment, SpecConfig};
 
 use crate::cost::{CostModel, PrefillPart, RoundBreakdown};
 use crate::error::SimError;
@@ -43,6 +43,8 @@ use crate::optable::OpTables;
 use crate::presets::{load_tables, resolve_profile};
 use crate::profile::HardwareProfile;
 
+mod vllm;
+
 pub struct SimBackend {
     cost: CostModel,
     spec: SpecConfig,
@@ -52,6 +54,18 @@ pub struct SimBackend {
     kv: KvPool,
     prefix_caching: bool,
     max_prefill_tokens: u32,
+    engine: EngineKind,
+    /// vLLM's token budget per step.
+    max_num_batched_tokens: u32,
+}
+
+/// `vllm serve`'s default token budget: 8192 on GPUs of 70 GiB or more, else 2048.
+fn default_max_num_batched_tokens(profile: &HardwareProfile) -> u32 {
+    if profile.gpu.memory_gib.value >= 70.0 {
+        8192
+    } else {
+        2048
+    }
 }
 
 impl SimBackend {
@@ -88,6 +102,10 @@ impl SimBackend {
             e => e,
         };
         let kv = crate::kv::kv_pool(exp, &profile)?;
+        let max_num_batched_tokens = exp
+            .engine
+            .max_num_batched_tokens
+            .unwrap_or_else(|| default_max_num_batched_tokens(&profile));
         kv.check_fits(exp)?;
         let cost = CostModel::new(
             profile,
@@ -103,6 +121,8 @@ impl SimBackend {
             kv,
             prefix_caching: exp.kv.prefix_caching,
             max_prefill_tokens: exp.kv.max_prefill_tokens,
+            engine: exp.engine.kind,
+            max_num_batched_tokens,
             cost,
             spec: exp.spec.clone(),
             acceptance: if exp.spec.is_speculative() {
@@ -204,6 +224,7 @@ impl Backend for SimBackend {
             waiting: VecDeque::new(),
             running: Vec::new(),
             chunked: None,
+            partial: Vec::new(),
             kv: KvState {
                 used: 0,
                 peak: 0,
@@ -305,6 +326,8 @@ struct SimSession<'a> {
     running: Vec<Live>,
     /// The request whose prompt is being prefilled in chunks (SGLang's `chunked_req`).
     chunked: Option<Live>,
+    /// vLLM: admitted requests whose prompts are not all prefilled yet, in admission order.
+    partial: Vec<Live>,
     kv: KvState,
     /// When the front end (detokenizer, tokenizer manager, HTTP, client) is free again.
     frontend_free: Nanos,
@@ -583,12 +606,18 @@ impl SimSession<'_> {
     }
 
     fn idle(&self) -> bool {
-        self.running.is_empty() && self.waiting.is_empty() && self.chunked.is_none()
+        self.running.is_empty()
+            && self.waiting.is_empty()
+            && self.chunked.is_none()
+            && self.partial.is_empty()
     }
 
     /// One forward: a prefill if the scheduler would run one (prefill first), else a
     /// decode round.
     fn step(&mut self) -> Result<(), BackendError> {
+        if self.b.engine == EngineKind::Vllm {
+            return self.vllm_step();
+        }
         let can_admit = self.chunked.is_some()
             || (!self.waiting.is_empty() && (self.running.len() as u32) < self.b.max_running);
         if can_admit && self.prefill()? {
@@ -672,6 +701,11 @@ impl Session for SimSession<'_> {
         }
         if let Some(i) = self.running.iter().position(|r| r.req.id == id) {
             let r = self.running.remove(i);
+            self.kv.give_back(r.kv_tokens);
+            return true;
+        }
+        if let Some(i) = self.partial.iter().position(|r| r.req.id == id) {
+            let r = self.partial.remove(i);
             self.kv.give_back(r.kv_tokens);
             return true;
         }

@@ -189,3 +189,114 @@ fn long_prompts_are_prefilled_in_chunks_at_about_the_same_cost() {
     let ratio = chunked / whole;
     assert!((0.8..1.3).contains(&ratio), "{chunked} vs {whole}");
 }
+
+fn plain_experiment(server: &str, engine: &str, workload: &str, benchmark: &str) -> Experiment {
+    let text = format!(
+        "name = \"t\"\nseed = 11\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-h200\"\n\
+         {engine}\n[server]\ntp_size = 8\n{server}\n[workload]\n{workload}\n[benchmark]\n{benchmark}\n"
+    );
+    load_experiment_str(&text, Path::new("test.toml"), &[])
+        .unwrap()
+        .remove(0)
+        .experiment
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// vLLM's steps (one token budget for decodes and prefill chunks, preemption of the
+    /// latest admitted): the pool is never overfilled and every request finishes with its
+    /// tokens.
+    #[test]
+    fn vllm_steps_never_overfill_and_lose_nothing(
+        pool in 600u32..5000,
+        budget in 16u32..1200,
+        clients in 1u32..40,
+        input in (1u32..300, 0u32..300),
+        output in (1u32..100, 0u32..100),
+        prefix in 0u32..200,
+        caching in any::<bool>(),
+    ) {
+        let max_tokens = output.0 + output.1;
+        let exp = plain_experiment(
+            &format!("max_total_tokens = {pool}\nprefix_caching = {caching}"),
+            &format!("[engine]\nname = \"vllm\"\nmax_num_batched_tokens = {budget}"),
+            &format!(
+                "max_tokens = {max_tokens}\ninput_len_range = [{}, {}]\noutput_len_range = [{}, {max_tokens}]\nshared_prefix_len = {prefix}",
+                input.0, input.0 + input.1, output.0
+            ),
+            &format!("concurrency = [{clients}]\nrequests_per_level = 24\nwarmup_requests = 0"),
+        );
+        prop_assume!(exp.input_len.1 + max_tokens + 1 <= pool);
+        let plan = load_plan(&exp);
+        let mut b = SimBackend::new(&exp, None).unwrap();
+        let levels = run_levels(&mut b, &plan, &mut NoProgress).unwrap();
+        let l = &levels[0];
+        prop_assert!(l.metrics.peak_kv_cache_usage.unwrap() <= 1.0);
+        prop_assert_eq!(l.metrics.completed, 24);
+        for r in &l.records {
+            let want = plan.workload.request(plan.seed, r.id);
+            prop_assert_eq!(r.output_tokens(), want.max_tokens);
+            prop_assert!(r.token_times_ns.windows(2).all(|w| w[0] <= w[1]));
+        }
+    }
+}
+
+#[test]
+fn vllm_mixes_prefill_into_decode_steps_where_sglang_stalls_them() {
+    // 8 clients decoding while new 8k prompts arrive: SGLang's prefill-first scheduler
+    // stalls every running decode for a whole prompt; vLLM with a 2048-token budget runs
+    // a quarter of it beside the decodes in each step
+    let run_with = |engine: &str| {
+        let exp = plain_experiment(
+            "",
+            engine,
+            "max_tokens = 256\ninput_len = 8192\nrange_ratio = 0.5",
+            "concurrency = [8]\nrequests_per_level = 48\nwarmup_requests = 0",
+        );
+        let mut b = SimBackend::new(&exp, None).unwrap();
+        run_levels(&mut b, &load_plan(&exp), &mut NoProgress).unwrap()[0]
+            .metrics
+            .clone()
+    };
+    let (sglang, vllm) = (
+        run_with(""),
+        run_with("[engine]\nname = \"vllm\"\nmax_num_batched_tokens = 2048"),
+    );
+    assert!(
+        vllm.p99_itl_ms * 2.0 < sglang.p99_itl_ms,
+        "{} vs {}",
+        vllm.p99_itl_ms,
+        sglang.p99_itl_ms
+    );
+    // the prompt now takes four steps, each also carrying the decodes
+    assert!(vllm.median_ttft_ms > sglang.median_ttft_ms);
+    assert_eq!(vllm.completed, 48);
+}
+
+#[test]
+fn engine_settings_that_do_not_apply_are_refused() {
+    let text = |engine: &str, spec: &str| {
+        format!(
+            "name = \"t\"\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-h200\"\n{engine}\n[server]\ntp_size = 8\n\
+             [draft]\npreset = \"kimi-k2.5-eagle3\"\n{spec}\n[workload]\nmax_tokens = 8\ninput_len = 8\n[benchmark]\nconcurrency = [1]\nrequests_per_level = 1\n"
+        )
+    };
+    let eagle = "[speculative]\nalgorithm = \"EAGLE3\"\nnum_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3";
+    for (engine, spec, want) in [
+        (
+            "[engine]\nname = \"vllm\"",
+            eagle,
+            "without speculation so far",
+        ),
+        (
+            "[engine]\nname = \"sglang\"\nmax_num_batched_tokens = 8",
+            "",
+            "is vLLM's",
+        ),
+        ("[engine]\nname = \"trtllm\"", "", "unknown engine"),
+    ] {
+        let e = load_experiment_str(&text(engine, spec), Path::new("t.toml"), &[]).unwrap_err();
+        assert!(e.to_string().contains(want), "{want}: {e}");
+    }
+}

@@ -46,8 +46,16 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
     };
     writeln!(
         out,
-        "   {} on {}, tp {}, {spec}; max_running_requests {}, cuda_graph_max_bs {}",
-        e.model, e.hardware, e.tp_size, e.max_running_requests, e.cuda_graph_max_bs
+        "   {} on {}{}, tp {}, {spec}; max_running_requests {}, cuda_graph_max_bs {}",
+        e.model,
+        e.hardware,
+        e.engine
+            .as_ref()
+            .map(|n| format!(" under {n}"))
+            .unwrap_or_default(),
+        e.tp_size,
+        e.max_running_requests,
+        e.cuda_graph_max_bs
     )?;
     let range = |r: [u32; 2]| {
         if r[0] == r[1] {

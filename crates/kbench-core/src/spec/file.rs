@@ -19,6 +19,9 @@ pub struct ExperimentFile {
     #[serde(default)]
     pub draft: Option<DraftSection>,
     pub hardware: HardwareSection,
+    /// The serving engine whose scheduler the simulator plays (SGLang unless set).
+    #[serde(default)]
+    pub engine: Option<EngineSection>,
     pub server: ServerSection,
     #[serde(default)]
     pub speculative: SpeculativeSection,
@@ -93,6 +96,20 @@ pub struct HardwareSection {
     /// A hardware profile TOML, relative to the experiment file.
     #[serde(default)]
     pub profile: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSection {
+    /// `sglang` or `vllm`.
+    pub name: String,
+    #[serde(default)]
+    pub version: Option<String>,
+    /// vLLM's one token budget per step, shared by decodes and prefill chunks
+    /// (`--max-num-batched-tokens`; default 8192 for `vllm serve` on GPUs of 70 GiB or more,
+    /// else 2048).
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

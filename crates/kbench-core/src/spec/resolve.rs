@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::error::SpecError;
 use super::file::{Algorithm, ExperimentFile};
 use super::speculative::{validate_speculative, SpecConfig};
-use super::workload::{KvSettings, Workload};
+use super::workload::{EngineSettings, KvSettings, Workload};
 use crate::arch::{DraftArch, ModelArch};
 
 /// The hardware the experiment names; its contents are the backend's business.
@@ -51,6 +51,8 @@ pub struct Experiment {
     pub workload: Workload,
     /// KV pool, prefix caching, chunked prefill.
     pub kv: KvSettings,
+    /// Whose scheduler the simulator plays.
+    pub engine: EngineSettings,
     pub trace: Option<PathBuf>,
     /// Warnings SGLang would log (e.g. max_running_requests forced to 48).
     pub notes: Vec<String>,
@@ -314,6 +316,11 @@ pub(crate) fn resolve(
     let w = &file.workload;
     let workload = super::workload::resolve_workload(w, &model, path, base_dir, &invalid)?;
     let kv = super::workload::resolve_kv(s, &invalid)?;
+    let engine = super::workload::resolve_engine(
+        file.engine.as_ref(),
+        spec.algorithm == Algorithm::Eagle3,
+        &invalid,
+    )?;
     let input_len = workload.prompt_bounds();
     let trace = w.trace.as_ref().map(|t| base_dir.join(t));
     if let Some(reference) = &file.reference {
@@ -358,6 +365,7 @@ pub(crate) fn resolve(
         input_len,
         workload,
         kv,
+        engine,
         trace,
         concurrency,
         request_rates: b.request_rate.clone(),

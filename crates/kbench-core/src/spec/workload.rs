@@ -282,3 +282,71 @@ pub(crate) fn resolve_kv(s: &ServerSection, invalid: Invalid) -> Result<KvSettin
         max_prefill_tokens,
     })
 }
+
+/// The serving engine the simulator plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    /// Prefill first: an admitted prompt runs as its own forward (in chunks) while the
+    /// running requests wait.
+    #[default]
+    Sglang,
+    /// vLLM V1: each step spends one token budget on the running requests' decodes first,
+    /// then on prefill chunks, in one forward.
+    Vllm,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct EngineSettings {
+    pub kind: EngineKind,
+    pub version: Option<String>,
+    /// vLLM's token budget (`None`: its default for the GPU).
+    pub max_num_batched_tokens: Option<u32>,
+}
+
+pub(crate) fn resolve_engine(
+    e: Option<&super::file::EngineSection>,
+    speculative: bool,
+    invalid: Invalid,
+) -> Result<EngineSettings, SpecError> {
+    let Some(e) = e else {
+        return Ok(EngineSettings::default());
+    };
+    let kind = match e.name.as_str() {
+        "sglang" => EngineKind::Sglang,
+        "vllm" => EngineKind::Vllm,
+        other => {
+            return Err(invalid(
+                "engine.name",
+                format!("unknown engine `{other}`"),
+                "use sglang or vllm",
+            ))
+        }
+    };
+    if e.max_num_batched_tokens == Some(0) {
+        return Err(invalid(
+            "engine.max_num_batched_tokens",
+            "max_num_batched_tokens = 0 schedules nothing".into(),
+            "use 1 or more, or leave it to vLLM's default",
+        ));
+    }
+    if e.max_num_batched_tokens.is_some() && kind != EngineKind::Vllm {
+        return Err(invalid(
+            "engine.max_num_batched_tokens",
+            "max_num_batched_tokens is vLLM's; SGLang's prefill budget is server.max_prefill_tokens / chunked_prefill_size".into(),
+            "set engine.name = \"vllm\", or use the server keys",
+        ));
+    }
+    if kind == EngineKind::Vllm && speculative {
+        return Err(invalid(
+            "engine.name",
+            "the vllm engine is simulated without speculation so far (its EAGLE-3 chain semantics are not modelled yet)".into(),
+            "set speculative.algorithm = \"none\", or simulate SGLang",
+        ));
+    }
+    Ok(EngineSettings {
+        kind,
+        version: e.version.clone(),
+        max_num_batched_tokens: e.max_num_batched_tokens,
+    })
+}
