@@ -337,6 +337,25 @@ struct SimSession<'a> {
     chunks: Option<Vec<ChunkEvent>>,
 }
 
+/// Keeps the chunk a request just streamed, when chunks are recorded.
+fn record_chunk(
+    chunks: &mut Option<Vec<ChunkEvent>>,
+    r: &Live,
+    visible_ns: Nanos,
+    tokens: u32,
+    spec_round: bool,
+) {
+    if let Some(c) = chunks {
+        c.push(ChunkEvent {
+            id: r.req.id,
+            visible_ns,
+            tokens,
+            spec_round,
+            finished: r.done(),
+        });
+    }
+}
+
 fn fail(e: SimError) -> BackendError {
     BackendError::failed("sim", "cost model", e)
 }
@@ -484,15 +503,7 @@ impl SimSession<'_> {
             r.token_times.push(visible);
             r.kv_tokens += 1;
             self.kv.take(1);
-            if let Some(chunks) = &mut self.chunks {
-                chunks.push(ChunkEvent {
-                    id: r.req.id,
-                    visible_ns: visible,
-                    tokens: 1,
-                    spec_round: false,
-                    finished: r.done(),
-                });
-            }
+            record_chunk(&mut self.chunks, &r, visible, 1, false);
             if r.done() {
                 self.kv.give_back(r.kv_tokens);
                 self.delivering.push(r.into_record());
@@ -581,28 +592,23 @@ impl SimSession<'_> {
             if self.b.spec.is_speculative() {
                 r.round_commits.push(n);
             }
-            if let Some(chunks) = &mut self.chunks {
-                chunks.push(ChunkEvent {
-                    id: r.req.id,
-                    visible_ns: visible,
-                    tokens: n,
-                    spec_round: speculate,
-                    finished: r.done(),
-                });
-            }
+            record_chunk(&mut self.chunks, &r, visible, n, speculate);
         }
         self.kv.peak = self.kv.peak.max(self.kv.used);
-        let mut i = 0;
-        while i < self.running.len() {
-            if self.running[i].done() {
-                let r = self.running.remove(i);
-                self.kv.give_back(r.kv_tokens);
-                self.delivering.push(r.into_record());
-            } else {
-                i += 1;
-            }
-        }
+        self.retire_finished();
         Ok(())
+    }
+
+    /// Running requests that produced their last token leave the batch, their KV freed.
+    fn retire_finished(&mut self) {
+        let (done, running): (Vec<Live>, Vec<Live>) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(Live::done);
+        self.running = running;
+        for r in done {
+            self.kv.give_back(r.kv_tokens);
+            self.delivering.push(r.into_record());
+        }
     }
 
     fn idle(&self) -> bool {

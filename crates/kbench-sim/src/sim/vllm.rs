@@ -5,9 +5,9 @@
 //! cannot get its slot the most recently admitted request is preempted (its KV freed, to be
 //! recomputed from the front of the queue), as vLLM's FCFS policy does.
 
-use kbench_core::backend::{BackendError, ChunkEvent};
+use kbench_core::backend::BackendError;
 
-use super::{fail, Live, SimSession};
+use super::{fail, record_chunk, Live, SimSession};
 use crate::cost::PrefillPart;
 
 impl SimSession<'_> {
@@ -118,15 +118,7 @@ impl SimSession<'_> {
         for r in self.running[..decode_bs as usize].iter_mut() {
             r.token_times.push(visible);
             r.kv_tokens += 1;
-            if let Some(chunks) = &mut self.chunks {
-                chunks.push(ChunkEvent {
-                    id: r.req.id,
-                    visible_ns: visible,
-                    tokens: 1,
-                    spec_round: false,
-                    finished: r.done(),
-                });
-            }
+            record_chunk(&mut self.chunks, &r, visible, 1, false);
         }
         self.kv.take(decode_bs);
         for mut r in done {
@@ -134,27 +126,10 @@ impl SimSession<'_> {
             r.token_times.push(visible);
             r.kv_tokens += 1;
             self.kv.take(1);
-            if let Some(chunks) = &mut self.chunks {
-                chunks.push(ChunkEvent {
-                    id: r.req.id,
-                    visible_ns: visible,
-                    tokens: 1,
-                    spec_round: false,
-                    finished: r.done(),
-                });
-            }
+            record_chunk(&mut self.chunks, &r, visible, 1, false);
             self.running.push(r);
         }
-        let mut i = 0;
-        while i < self.running.len() {
-            if self.running[i].done() {
-                let r = self.running.remove(i);
-                self.kv.give_back(r.kv_tokens);
-                self.delivering.push(r.into_record());
-            } else {
-                i += 1;
-            }
-        }
+        self.retire_finished();
         Ok(())
     }
 }
