@@ -195,9 +195,9 @@ if [[ -n "$KB" ]]; then
     ENG=()
     for t in "$BIN"/engine-cuda_*; do [[ -x "$t" ]] && ENG+=("$t"); done
     if ((${#ENG[@]})); then
-        run_stage engine 100 200 "$RES/engine.txt" bash -c 'rc=0; for t in "$@"; do echo "## $(basename "$t")"; "$t" --test-threads=1 --nocapture || rc=1; done; exit $rc' _ "${ENG[@]}"
+        run_stage engine 100 200 "$RES/engine.txt" bash -c 'rc=0; for t in "$@"; do echo "## $(basename "$t")"; "$t" --include-ignored --test-threads=1 --nocapture || rc=1; done; exit $rc' _ "${ENG[@]}"
     elif command -v cargo >/dev/null; then
-        run_stage engine 200 200 "$RES/engine.txt" cargo test --release -p kbench-engine --test cuda_engine --test cuda_tuned --test cuda_backend -- --test-threads=1 --nocapture
+        run_stage engine 200 200 "$RES/engine.txt" cargo test --release -p kbench-engine --test cuda_engine --test cuda_tuned --test cuda_backend -- --include-ignored --test-threads=1 --nocapture
     fi
     # 6. layer stack: decode and verify at batch 1..64, profile for the simulator's calibration
     run_stage stack 150 80 "$RES/stack.txt" "$KB" stack --layers "${KBENCH_STACK_LAYERS:-3}" --context "${KBENCH_STACK_CONTEXT:-2048}" --batches 1,2,4,8,16,32,64 --reps 10 --profile "$RES/profile.toml"

@@ -4,9 +4,12 @@
 //!   kbench-gpu selftest [FILTER | =NAME] [--seed N] [--isolate]
 //!   kbench-gpu bench [--quick]
 //!   kbench-gpu stack [--layers 3] [--context 2048] [--batches 1,2,4,8,16,32,64] [--reps 10] [--profile FILE]
-//! Exit status: 0 ok (or skipped without a GPU), 1 failures, 2 usage.
+//! Exit status: 0 ok, 1 failures, 2 usage, 3 skipped (no CUDA device: nothing was checked).
 use kbench_cuda::{bench, check_kernels, device, selftest, CudaDevice, CudaError};
 use std::process::ExitCode;
+
+/// A check that needs a GPU found none: not a pass (it checked nothing), not a failure.
+const SKIPPED: u8 = 3;
 
 fn arg_val(args: &[String], key: &str) -> Option<String> {
     args.iter()
@@ -33,7 +36,7 @@ fn open_dev() -> Result<CudaDevice, ExitCode> {
         }
         Err(e @ (CudaError::NoDriver | CudaError::NoDevice(..))) => {
             println!("skipped: no CUDA device ({e})");
-            Err(ExitCode::SUCCESS)
+            Err(ExitCode::from(SKIPPED))
         }
         Err(e) => {
             println!("error: {e}");
