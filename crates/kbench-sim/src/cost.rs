@@ -278,17 +278,30 @@ impl CostModel {
         self.profile.param(name).map(|p| p.value).unwrap_or(0.0)
     }
 
-    /// Prices a pass over `tokens` query tokens from `requests` requests.
-    fn price(&self, kind: PassKind, tokens: u32, requests: u32) -> Result<Rc<PassPrice>, SimError> {
-        if let Some(p) = self.cache.borrow().get(&(kind, tokens, requests)) {
-            return Ok(Rc::clone(p));
-        }
-        let mut sources = BTreeMap::new();
+    /// Prices a pass over `tokens` query tokens from `requests` requests, with its attention
+    /// at enough of `CTX_POINTS` to reach `ctx`: longer contexts are priced only when a run
+    /// reaches them, so a short-context run neither pays for nor is warned about lookups it
+    /// never needs.
+    fn price(
+        &self,
+        kind: PassKind,
+        tokens: u32,
+        requests: u32,
+        ctx: f64,
+    ) -> Result<Rc<PassPrice>, SimError> {
         let anchors = if kind.is_prefill() {
             1
         } else {
-            CTX_POINTS.len()
+            (2..CTX_POINTS.len())
+                .find(|&i| ctx <= CTX_POINTS[i - 1])
+                .unwrap_or(CTX_POINTS.len())
         };
+        if let Some(p) = self.cache.borrow().get(&(kind, tokens, requests)) {
+            if p.attn_us.len() >= anchors {
+                return Ok(Rc::clone(p));
+            }
+        }
+        let mut sources = BTreeMap::new();
         let mut items = Vec::with_capacity(anchors);
         let mut attn_us: Vec<f64> = Vec::with_capacity(anchors);
         let mut ops = 0;
@@ -655,7 +668,7 @@ impl CostModel {
         requests: u32,
         ctx: f64,
     ) -> Result<(f64, f64, f64, bool, u32), SimError> {
-        let p = self.price(kind, tokens, requests)?;
+        let p = self.price(kind, tokens, requests, ctx)?;
         let base = p.attention_base();
         let attention = base + (p.attention_at(ctx) - base) * self.kv_read_scale;
         let gpu = (p.fixed_us + attention) * self.profile.efficiency.in_model.value;
@@ -680,7 +693,7 @@ impl CostModel {
         requests: u32,
         ctx: f64,
     ) -> Result<PassBreakdown, SimError> {
-        let p = self.price(kind, tokens, requests)?;
+        let p = self.price(kind, tokens, requests, ctx)?;
         let (gpu, launch, time, graph, ops) = self.pass_time(kind, tokens, requests, ctx)?;
         let (i, t) = ctx_segment(ctx, p.items.len());
         let f = self.profile.efficiency.in_model.value;
@@ -837,7 +850,7 @@ impl CostModel {
             gpu += (a(p + c)? - a(p)? - a(c)?).max(0.0);
         }
         if decode_bs > 0 {
-            let d = self.price(PassKind::TargetDecode, decode_bs, decode_bs)?;
+            let d = self.price(PassKind::TargetDecode, decode_bs, decode_bs, ctx)?;
             let base = d.attention_base();
             gpu += (base + (d.attention_at(ctx) - base) * self.kv_read_scale)
                 * self.profile.efficiency.in_model.value;
