@@ -811,13 +811,27 @@ impl CostModel {
         with_draft: bool,
     ) -> Result<u64, SimError> {
         let tokens: u32 = parts.iter().map(|p| p.new_tokens).sum();
-        let mut t = self.prefill_ns(parts.len() as u32, tokens, with_draft)? as f64 / 1e3;
+        let t = self.prefill_ns(parts.len() as u32, tokens, with_draft)? as f64 / 1e3;
+        Ok(to_ns(
+            t + self.cached_context_attention_us(parts, with_draft)?,
+        ))
+    }
+
+    /// What the parts' new tokens add by attending to what each had cached: the cross term
+    /// A(p + c) - A(p) - A(c) of causal attention, on top of pricing each part as its own
+    /// prompt.
+    fn cached_context_attention_us(
+        &self,
+        parts: &[PrefillPart],
+        with_draft: bool,
+    ) -> Result<f64, SimError> {
+        let a = |n: f64| self.prefill_attention_us(n, with_draft);
+        let mut us = 0.0;
         for part in parts.iter().filter(|p| p.cached > 0) {
             let (p, c) = (part.cached as f64, part.new_tokens as f64);
-            let a = |n: f64| self.prefill_attention_us(n, with_draft);
-            t += (a(p + c)? - a(p)? - a(c)?).max(0.0);
+            us += (a(p + c)? - a(p)? - a(c)?).max(0.0);
         }
-        Ok(to_ns(t))
+        Ok(us)
     }
 
     /// A vLLM step: `decode_bs` running requests decoding one token each (mean context
@@ -836,19 +850,14 @@ impl CostModel {
             return self.round_ns(decode_bs, ctx, None);
         }
         let chunk: u32 = parts.iter().map(|p| p.new_tokens).sum();
-        let mut gpu = self
-            .pass_time(
+        let mut gpu =
+            self.pass_time(
                 PassKind::TargetPrefill,
                 chunk + decode_bs,
                 parts.len() as u32,
                 0.0,
             )?
-            .2;
-        for part in parts.iter().filter(|p| p.cached > 0) {
-            let (p, c) = (part.cached as f64, part.new_tokens as f64);
-            let a = |n: f64| self.prefill_attention_us(n, false);
-            gpu += (a(p + c)? - a(p)? - a(c)?).max(0.0);
-        }
+            .2 + self.cached_context_attention_us(parts, false)?;
         if decode_bs > 0 {
             let d = self.price(PassKind::TargetDecode, decode_bs, decode_bs, ctx)?;
             let base = d.attention_base();

@@ -94,9 +94,14 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// The case's own `--set` overrides.
+fn own_overrides(case: &Case) -> Vec<String> {
+    case.set.iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
 /// The overrides a case runs with: its own, then the levels its points need.
 fn case_overrides(case: &Case, file_levels: &[u32], file_requests: u32) -> Vec<String> {
-    let mut sets: Vec<String> = case.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut sets = own_overrides(case);
     let mut levels: Vec<u32> = case.points.iter().filter_map(|p| p.concurrency).collect();
     if case
         .points
@@ -137,8 +142,8 @@ fn run_case(dir: &Path, source: &str, case: &Case) -> Result<Vec<PointResult>, S
         }
         Ok(variants.remove(0).experiment)
     };
-    let own: Vec<String> = case.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let base = experiment(&own)?;
+    // the file's own levels and request count, which a case keeps unless its points say
+    let base = experiment(&own_overrides(case))?;
     let exp = experiment(&case_overrides(
         case,
         &base.concurrency,
