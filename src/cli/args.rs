@@ -27,7 +27,7 @@ pub enum Command {
     /// Acceptance traces: synthesize, summarize, convert, record.
     #[command(subcommand)]
     Trace(TraceCommand),
-    /// Fit a hardware profile's free parameters to measurements.
+    /// Fit engine profiles' free parameters to the corpus's `fit` points, with held-apart error.
     Calibrate(CalibrateArgs),
     /// Set a GPU's measured per-pass layer times (gpu-check.sh's profile.toml) beside the
     /// cost model's and fit efficiency.in_model to them.
@@ -349,14 +349,18 @@ pub struct TraceRecordArgs {
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// Measurement file (TOML): experiments and the numbers measured for them.
-    pub measurements: PathBuf,
-    /// Profile whose free parameters are fitted.
-    #[arg(long)]
-    pub base: PathBuf,
-    /// Where to write the fitted profile.
-    #[arg(long)]
-    pub out: PathBuf,
+    /// Corpus files whose `fit` points are fitted to (default: every `*.toml` in
+    /// data/validation/). `check` points are never read.
+    #[arg(value_name = "CORPUS.toml")]
+    pub files: Vec<PathBuf>,
+    /// Only this engine profile (repeatable; default: every profile the fit cases run on
+    /// that declares [[free]] parameters).
+    #[arg(long = "profile", value_name = "NAME")]
+    pub profiles: Vec<String>,
+    /// Write each fitted profile here as NAME.toml (experiments/engines updates the shipped
+    /// presets); without it nothing is written.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
     #[arg(long)]
     pub json: Option<PathBuf>,
     #[arg(long, short)]

@@ -16,17 +16,21 @@ use super::render;
 /// Where the shipped corpus lives, relative to the project root.
 const CORPUS_DIR: &str = "data/validation";
 
+/// The files given, or the shipped corpus when none are.
+pub(super) fn corpus_paths(files: &[PathBuf]) -> CliResult<Vec<PathBuf>> {
+    if !files.is_empty() {
+        return Ok(files.to_vec());
+    }
+    corpus_files(std::path::Path::new(CORPUS_DIR)).map_err(|e| {
+        CliError::from_chain(exit::INVALID_INPUT, &e).prefixed(format!(
+            "no corpus files given and none found in {CORPUS_DIR}/ (run from the project root, or name them)"
+        ))
+    })
+}
+
 pub fn run(args: FidelityArgs) -> CliResult<()> {
     let invalid = |e: kbench_sim::SimError| CliError::from_chain(exit::INVALID_INPUT, &e);
-    let files: Vec<PathBuf> = if args.files.is_empty() {
-        corpus_files(std::path::Path::new(CORPUS_DIR)).map_err(|e| {
-            invalid(e).prefixed(format!(
-                "no corpus files given and none found in {CORPUS_DIR}/ (run from the project root, or name them)"
-            ))
-        })?
-    } else {
-        args.files.clone()
-    };
+    let files = corpus_paths(&args.files)?;
     let corpora = files
         .iter()
         .map(|f| load_corpus(f).map_err(invalid))

@@ -1,6 +1,6 @@
 //! Prints the sim's predictions for the seed's three experiments next to nothing but the
 //! predictions themselves, with a round breakdown at C=1 and at the saturation level.
-//! `cargo run --release -p kbench-sim --example seed_table [--explain] [profile.toml]`
+//! `cargo run --release -p kbench-sim --example seed_table [--explain] [hardware-profile.toml]`
 
 use std::path::Path;
 use std::time::Instant;
@@ -23,7 +23,7 @@ fn acceptance(exp: &Experiment) -> Arc<dyn AcceptanceModel> {
     }
     default_acceptance(exp)
 }
-use kbench_sim::presets::load_tables;
+use kbench_sim::presets::{load_tables, resolve_engine_profile};
 use kbench_sim::{HardwareProfile, SimBackend};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -43,7 +43,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Some(p) => {
                 let prof = HardwareProfile::from_file(Path::new(p))?;
                 let tables = load_tables(&prof)?;
-                SimBackend::with_profile(&exp, prof, tables, Some(acceptance(&exp)))?
+                let engine = resolve_engine_profile(&exp, &prof)?;
+                SimBackend::with_profiles(&exp, prof, engine, tables, Some(acceptance(&exp)))?
             }
             None => SimBackend::new(&exp, Some(acceptance(&exp)))?,
         };

@@ -1,29 +1,14 @@
-//! Calibration: fit at most four free parameters of a hardware profile (the terms the op
-//! tables do not cover: host costs, a whole-model efficiency factor) to end-to-end
-//! measurements, by regularised least squares on log-relative error.
+//! Calibration: fit each engine profile's free parameters (at most four, declared in the
+//! profile's `[[free]]` with a prior and physical bounds) to every `fit` point of the chosen
+//! corpus sources at once, by regularised least squares on log-relative error:
 //!
-//! Measurement file (TOML, docs/calibration.md):
+//! J(x) = sum_i w_i ln(pred_i / meas_i)^2 + sum_j lambda_j ((x_j - prior_j) / (max_j - min_j))^2
 //!
-//! ```toml
-//! source = "where the numbers come from"
-//! [[free]]                      # at most 4
-//! param = "host.spec_round_us"  # a profile key (profile::PARAM_KEYS)
-//! min = 0.0                     # physical bounds
-//! max = 50000.0
-//! prior_weight = 0.05           # pull toward the base profile's value (0: none)
-//! [[points]]
-//! experiment = "../baseline.toml"   # relative to this file
-//! metric = "output_throughput"      # or "saturation_output_throughput"
-//! concurrency = 1                   # for output_throughput
-//! value = 92.7
-//! weight = 1.0
-//! label = "baseline, C=1"
-//! ```
-//!
-//! Objective: sum_i w_i ln(pred_i / meas_i)^2 + sum_j lambda_j ((x_j - prior_j) / (max_j - min_j))^2,
-//! minimised by bounded Nelder-Mead. The report gives residuals per point and the
-//! leave-one-out error (refit without each point, predict it). This module is the only
-//! place the seed's numbers enter the simulator, and only to set the profile.
+//! with w_i = N / (S n_s) (N points from S sources, n_s of them from point i's source: each
+//! source weighs the same, and one source gives w = 1), minimised by bounded Nelder-Mead
+//! from the priors. The held-apart error refits without each source and predicts it (with one
+//! source, without each point). Hardware profiles, op tables and datasheets stay fixed;
+//! `check` points are never read here. Format and method: docs/calibration.md.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,57 +16,23 @@ use std::sync::Arc;
 
 use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::atomic::write_atomic;
-use kbench_core::spec::{load_experiment, Experiment};
-use serde::{Deserialize, Serialize};
+use kbench_core::spec::Experiment;
+use serde::Serialize;
 
+use crate::corpus::{Case, LoadedCorpus, Role};
+use crate::engine_profile::{EngineCalibration, EngineProfile, FreeParam};
 use crate::error::SimError;
+use crate::fidelity::{case_experiment, predict_points};
 use crate::fit::nelder_mead;
 use crate::optable::OpTables;
-use crate::predict::{default_acceptance, Prediction};
-use crate::presets::load_tables;
-use crate::profile::{CalibrationStamp, HardwareProfile, Provenance, PARAM_KEYS};
+use crate::presets::{load_tables, resolve_engine_profile, resolve_profile};
+use crate::profile::{HardwareProfile, Provenance};
 use crate::sim::SimBackend;
 
-pub const MAX_FREE_PARAMS: usize = 4;
-const MAX_EVALS: u32 = 400;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MeasurementFile {
-    pub source: String,
-    #[serde(default)]
-    pub note: String,
-    pub free: Vec<FreeParam>,
-    pub points: Vec<MeasuredPoint>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FreeParam {
-    pub param: String,
-    pub min: f64,
-    pub max: f64,
-    #[serde(default)]
-    pub prior_weight: f64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MeasuredPoint {
-    pub experiment: String,
-    pub metric: String,
-    #[serde(default)]
-    pub concurrency: Option<u32>,
-    pub value: f64,
-    #[serde(default = "one")]
-    pub weight: f64,
-    #[serde(default)]
-    pub label: Option<String>,
-}
-
-fn one() -> f64 {
-    1.0
-}
+const MAX_EVALS: u32 = 500;
+/// Above this many points from one source, leaving each out in turn costs more refits
+/// than a calibration should; the source's `check` points are its held-apart error then.
+pub const MAX_LEAVE_ONE_POINT_OUT: usize = 12;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct FittedParam {
@@ -96,88 +47,75 @@ pub struct FittedParam {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PointResidual {
-    pub label: String,
+    pub source: String,
+    pub case: String,
+    pub metric: String,
+    pub concurrency: Option<u32>,
     pub measured: f64,
     pub predicted: f64,
     /// predicted / measured - 1.
     pub rel_error: f64,
-    /// Predicted by a fit that left this point out.
-    pub loo_predicted: f64,
-    pub loo_rel_error: f64,
+    /// Predicted by a fit that left this point's source (one source: the point) out.
+    pub held_out_predicted: Option<f64>,
+    pub held_out_rel_error: Option<f64>,
 }
 
+/// One engine profile fitted.
 #[derive(Debug, Clone, Serialize)]
-pub struct CalibrationReport {
-    pub measurements: String,
-    pub base_profile: String,
-    pub out_profile: String,
+pub struct ProfileFit {
+    pub profile: String,
+    pub origin: String,
+    pub sources: Vec<String>,
+    /// Distinct configurations simulated per evaluation (cases that repeat a configuration
+    /// share its run).
+    pub configurations: usize,
     pub params: Vec<FittedParam>,
     pub points: Vec<PointResidual>,
     pub rms_log_error: f64,
     pub max_abs_rel_error: f64,
-    pub loo_rms_rel_error: f64,
+    /// `leave-one-source-out`, `leave-one-point-out`, or why neither was run.
+    pub held_out: String,
+    pub held_out_rms_rel_error: Option<f64>,
     pub evaluations: u32,
-    pub acceptance: String,
+    /// Where the fitted profile was written.
+    pub written: Option<String>,
 }
 
-impl std::fmt::Display for CalibrationReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(
-            f,
-            "calibration of {} to {}",
-            self.base_profile, self.measurements
-        )?;
-        writeln!(f, "  acceptance: {}", self.acceptance)?;
-        writeln!(
-            f,
-            "  {:<34} {:>12} {:>12} {:>20}",
-            "parameter", "prior", "fitted", "bounds"
-        )?;
-        for p in &self.params {
-            writeln!(
-                f,
-                "  {:<34} {:>12.4} {:>12.4} {:>20}{}",
-                p.param,
-                p.prior,
-                p.fitted,
-                format!("[{}, {}]", p.min, p.max),
-                if p.at_bound { "  AT BOUND" } else { "" }
-            )?;
-        }
-        writeln!(
-            f,
-            "  {:<34} {:>10} {:>10} {:>8} {:>10} {:>8}",
-            "point", "measured", "predicted", "error", "LOO pred", "LOO err"
-        )?;
-        for p in &self.points {
-            writeln!(
-                f,
-                "  {:<34} {:>10.1} {:>10.1} {:>7.1}% {:>10.1} {:>7.1}%",
-                p.label,
-                p.measured,
-                p.predicted,
-                100.0 * p.rel_error,
-                p.loo_predicted,
-                100.0 * p.loo_rel_error
-            )?;
-        }
-        writeln!(f, "  rms log error {:.4}, max |error| {:.1}%, leave-one-out rms error {:.1}%, {} evaluations",
-            self.rms_log_error, 100.0 * self.max_abs_rel_error, 100.0 * self.loo_rms_rel_error, self.evaluations)?;
-        write!(f, "  wrote {}", self.out_profile)
-    }
+#[derive(Debug, Clone, Serialize)]
+pub struct CalibrationReport {
+    pub fits: Vec<ProfileFit>,
+    /// Profiles with `fit` points but no `[[free]]`: nothing to fit.
+    pub not_fitted: Vec<String>,
 }
 
-/// Everything one evaluation needs, loaded once.
+/// A `fit` case, loaded once: what one evaluation needs to predict its points.
+struct FitCase {
+    source: String,
+    case: Case,
+    exp: Experiment,
+    hardware: HardwareProfile,
+    /// The template each run takes a fresh copy of (behind a lock only so the problem can
+    /// be shared by the threads; only the main thread touches it).
+    tables: std::sync::Mutex<Option<OpTables>>,
+    acceptance: Option<Arc<dyn AcceptanceModel>>,
+    /// Index of the configuration whose run gives this case's predictions.
+    config: usize,
+}
+
+/// A configuration's index and its points' predictions.
+type ConfigRun = (usize, Result<Vec<f64>, SimError>);
+
+/// One engine profile and the fit cases that run on it.
 struct Problem {
-    base: HardwareProfile,
-    tables: Option<OpTables>,
-    experiments: BTreeMap<PathBuf, (Experiment, Arc<dyn AcceptanceModel>)>,
-    points: Vec<(PathBuf, MeasuredPoint)>,
+    base: EngineProfile,
+    cases: Vec<FitCase>,
+    /// For each distinct configuration, the first case that has it.
+    configs: Vec<usize>,
     free: Vec<FreeParam>,
 }
 
 impl Problem {
-    fn profile_at(&self, x: &[f64]) -> HardwareProfile {
+    fn profile_at(&self, x: &[f64]) -> EngineProfile {
         let mut p = self.base.clone();
         for (fp, v) in self.free.iter().zip(x) {
             if let Some(param) = p.param_mut(&fp.param) {
@@ -187,33 +125,121 @@ impl Problem {
         p
     }
 
-    /// Predictions for every point at parameters `x`.
-    fn predict(&self, x: &[f64]) -> Result<Vec<f64>, SimError> {
-        let profile = self.profile_at(x);
-        let mut by_exp: BTreeMap<&PathBuf, Prediction> = BTreeMap::new();
-        for (path, (exp, acc)) in &self.experiments {
-            let tables = self.tables.as_ref().map(OpTables::fresh);
-            let mut backend =
-                SimBackend::with_profile(exp, profile.clone(), tables, Some(Arc::clone(acc)))?;
-            let (_, pred) = crate::predict::run(exp, &mut backend)?;
-            by_exp.insert(path, pred);
-        }
-        self.points
+    /// Predictions per case at parameters `x`; the distinct configurations run in parallel
+    /// (each its own simulator), collected in order, so the result does not depend on the
+    /// number of threads.
+    fn predict(&self, x: &[f64]) -> Result<Vec<Vec<f64>>, SimError> {
+        let engine = self.profile_at(x);
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(self.configs.len())
+            .max(1);
+        let jobs: Vec<(usize, Option<OpTables>)> = self
+            .configs
             .iter()
-            .map(|(path, pt)| {
-                let pred = &by_exp[path];
-                metric(pred, pt).ok_or_else(|| {
-                    SimError::Calibration(format!(
-                        "{}: no level at concurrency {:?}",
-                        path.display(),
-                        pt.concurrency
-                    ))
+            .map(|&i| {
+                let template = self.cases[i]
+                    .tables
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                (i, template.as_ref().map(OpTables::fresh))
+            })
+            .collect();
+        let mut buckets: Vec<Vec<(usize, usize, Option<OpTables>)>> =
+            (0..threads).map(|_| Vec::new()).collect();
+        for (k, (i, t)) in jobs.into_iter().enumerate() {
+            buckets[k % threads].push((k, i, t));
+        }
+        let engine = &engine;
+        let results: Vec<Vec<ConfigRun>> = std::thread::scope(|s| {
+            let handles: Vec<_> = buckets
+                .into_iter()
+                .map(|bucket| {
+                    s.spawn(move || {
+                        bucket
+                            .into_iter()
+                            .map(|(k, i, tables)| (k, self.run_case(i, engine, tables)))
+                            .collect::<Vec<_>>()
+                    })
                 })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        vec![(
+                            usize::MAX,
+                            Err(SimError::Calibration("a simulation thread panicked".into())),
+                        )]
+                    })
+                })
+                .collect()
+        });
+        let mut by_config: Vec<Option<Vec<f64>>> = vec![None; self.configs.len()];
+        for (k, r) in results.into_iter().flatten() {
+            let r = r?;
+            if let Some(slot) = by_config.get_mut(k) {
+                *slot = Some(r);
+            }
+        }
+        self.cases
+            .iter()
+            .map(|c| {
+                by_config[c.config]
+                    .clone()
+                    .ok_or_else(|| SimError::Calibration("a configuration did not run".into()))
             })
             .collect()
     }
 
-    fn objective(&self, x: &[f64], skip: Option<usize>) -> f64 {
+    fn run_case(
+        &self,
+        i: usize,
+        engine: &EngineProfile,
+        tables: Option<OpTables>,
+    ) -> Result<Vec<f64>, SimError> {
+        let c = &self.cases[i];
+        let mut backend = SimBackend::with_profiles(
+            &c.exp,
+            c.hardware.clone(),
+            engine.clone(),
+            tables,
+            c.acceptance.clone(),
+        )?;
+        predict_points(&c.exp, &c.case, &mut backend)
+    }
+
+    /// Point weights: every source weighs the same, whatever its number of points.
+    fn weights(&self, keep: &dyn Fn(usize, usize) -> bool) -> Vec<Vec<f64>> {
+        let mut per_source: BTreeMap<&str, usize> = BTreeMap::new();
+        for (ci, c) in self.cases.iter().enumerate() {
+            for pi in 0..c.case.points.len() {
+                if keep(ci, pi) {
+                    *per_source.entry(c.source.as_str()).or_default() += 1;
+                }
+            }
+        }
+        let total: usize = per_source.values().sum();
+        let sources = per_source.len().max(1);
+        self.cases
+            .iter()
+            .enumerate()
+            .map(|(ci, c)| {
+                (0..c.case.points.len())
+                    .map(|pi| {
+                        if keep(ci, pi) {
+                            total as f64 / (sources * per_source[c.source.as_str()]) as f64
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn objective(&self, x: &[f64], weights: &[Vec<f64>]) -> f64 {
         // Outside the physical constraints (profile validation) the objective is infinite.
         if self.profile_at(x).validate().is_err() {
             return f64::MAX;
@@ -222,217 +248,260 @@ impl Problem {
             return f64::MAX;
         };
         let mut s = 0.0;
-        for (i, ((_, pt), p)) in self.points.iter().zip(&pred).enumerate() {
-            if Some(i) == skip {
-                continue;
+        for ((c, p), w) in self.cases.iter().zip(&pred).zip(weights) {
+            for ((pt, v), w) in c.case.points.iter().zip(p).zip(w) {
+                s += w * (v.max(1e-9) / pt.value).ln().powi(2);
             }
-            s += pt.weight * (p.max(1e-9) / pt.value).ln().powi(2);
         }
         for (fp, v) in self.free.iter().zip(x) {
-            let prior = self.base.param(&fp.param).map(|p| p.value).unwrap_or(*v);
-            s += fp.prior_weight * ((v - prior) / (fp.max - fp.min)).powi(2);
+            s += fp.prior_weight * ((v - fp.prior) / (fp.max - fp.min)).powi(2);
         }
         s
     }
 
-    fn fit(&self, skip: Option<usize>, x0: &[f64]) -> (Vec<f64>, u32) {
+    fn fit(
+        &self,
+        weights: &[Vec<f64>],
+        x0: &[f64],
+        progress: &mut dyn FnMut(&str),
+        what: &str,
+    ) -> (Vec<f64>, u32) {
         let lo: Vec<f64> = self.free.iter().map(|f| f.min).collect();
         let hi: Vec<f64> = self.free.iter().map(|f| f.max).collect();
-        let r = nelder_mead(&mut |x| self.objective(x, skip), x0, &lo, &hi, MAX_EVALS);
+        let mut n = 0u32;
+        let r = nelder_mead(
+            &mut |x| {
+                n += 1;
+                if n.is_multiple_of(50) {
+                    progress(&format!("  {what}: {n} evaluations"));
+                }
+                self.objective(x, weights)
+            },
+            x0,
+            &lo,
+            &hi,
+            MAX_EVALS,
+        );
         (r.x, r.evaluations)
     }
 }
 
-fn metric(pred: &Prediction, pt: &MeasuredPoint) -> Option<f64> {
-    match pt.metric.as_str() {
-        "saturation_output_throughput" => Some(pred.saturation_output_throughput),
-        "output_throughput" => pred.at(pt.concurrency?),
-        _ => None,
-    }
-}
-
-pub fn read_measurements(path: &Path) -> Result<MeasurementFile, SimError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
-        what: "measurement file",
-        path: path.into(),
-        source,
-    })?;
-    let bad = |message: String| SimError::Measurements {
-        path: path.into(),
-        message,
-    };
-    let m: MeasurementFile =
-        toml::from_str(&text).map_err(|e| bad(e.to_string().trim().to_string()))?;
-    if m.free.is_empty() || m.free.len() > MAX_FREE_PARAMS {
-        return Err(bad(format!(
-            "{} free parameters; give 1 to {MAX_FREE_PARAMS}",
-            m.free.len()
-        )));
-    }
-    for f in &m.free {
-        if !PARAM_KEYS.contains(&f.param.as_str()) {
-            return Err(bad(format!(
-                "unknown parameter `{}` (known: {})",
-                f.param,
-                PARAM_KEYS.join(", ")
-            )));
-        }
-        if !(f.min.is_finite() && f.max.is_finite() && f.min < f.max) || f.prior_weight < 0.0 {
-            return Err(bad(format!(
-                "`{}`: need finite min < max and prior_weight >= 0",
-                f.param
-            )));
-        }
-    }
-    if m.points.len() <= m.free.len() {
-        return Err(bad(format!(
-            "{} points cannot determine {} parameters (and leave one out)",
-            m.points.len(),
-            m.free.len()
-        )));
-    }
-    for p in &m.points {
-        let ok_metric = match p.metric.as_str() {
-            "output_throughput" => p.concurrency.is_some(),
-            "saturation_output_throughput" => true,
-            _ => false,
-        };
-        if !ok_metric {
-            return Err(bad(format!(
-                "point `{}`: metric must be output_throughput (with concurrency) or saturation_output_throughput",
-                p.label.clone().unwrap_or_else(|| p.experiment.clone())
-            )));
-        }
-        if !(p.value > 0.0 && p.weight >= 0.0) {
-            return Err(bad("every point needs value > 0 and weight >= 0".into()));
-        }
-    }
-    Ok(m)
-}
-
-/// `kbench calibrate`: fits, reports, and writes the profile atomically.
-pub fn run(
-    measurements_path: &Path,
-    base_profile_path: &Path,
-    out_path: &Path,
-    progress: &mut dyn FnMut(&str),
-) -> Result<CalibrationReport, SimError> {
-    run_with(
-        measurements_path,
-        base_profile_path,
-        out_path,
-        &default_acceptance,
-        progress,
-    )
-}
-
-/// As [`run`], with the acceptance model per experiment chosen by the caller (e.g. trace replay).
-pub fn run_with(
-    measurements_path: &Path,
-    base_profile_path: &Path,
-    out_path: &Path,
-    acceptance_for: &dyn Fn(&Experiment) -> Arc<dyn AcceptanceModel>,
-    progress: &mut dyn FnMut(&str),
-) -> Result<CalibrationReport, SimError> {
-    let m = read_measurements(measurements_path)?;
-    let base = HardwareProfile::from_file(base_profile_path)?;
-    let tables = load_tables(&base)?;
-    let dir = measurements_path.parent().unwrap_or(Path::new("."));
-    let mut experiments = BTreeMap::new();
-    let mut points = Vec::new();
-    let mut acceptance = String::new();
-    for pt in &m.points {
-        let path = dir.join(&pt.experiment);
-        if !experiments.contains_key(&path) {
-            let exp = load_experiment(&path, &[])
-                .map_err(|source| SimError::Experiment {
-                    path: path.clone(),
-                    source: Box::new(source),
-                })?
-                .remove(0)
-                .experiment;
-            let acc = acceptance_for(&exp);
-            if exp.spec.is_speculative() && acceptance.is_empty() {
-                acceptance = acc.describe();
+/// Loads every `fit` case of `corpora` and groups them by the engine profile they resolve
+/// to (profiles named in `only`, when given).
+fn problems(corpora: &[LoadedCorpus], only: &[String]) -> Result<Vec<Problem>, SimError> {
+    let mut groups: BTreeMap<String, Problem> = BTreeMap::new();
+    let mut config_keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for corpus in corpora {
+        let dir = corpus.path.parent().unwrap_or(Path::new("."));
+        for case in corpus.file.cases.iter().filter(|c| c.role == Role::Fit) {
+            let exp = case_experiment(dir, case)?;
+            let hardware = resolve_profile(&exp.hardware)?;
+            let engine = resolve_engine_profile(&exp, &hardware)?;
+            if !only.is_empty() && !only.contains(&engine.name) {
+                continue;
             }
-            experiments.insert(path.clone(), (exp, acc));
+            let tables = load_tables(&hardware)?;
+            let acceptance = crate::open::acceptance_for(&exp)?;
+            // Cases that differ only in their measurements share one run per evaluation.
+            let key = format!(
+                "{}\n{}\n{}",
+                exp.path.display(),
+                serde_json::to_string(&exp.file).unwrap_or_default(),
+                hardware.name
+            );
+            let keys = config_keys.entry(engine.name.clone()).or_default();
+            let group = groups
+                .entry(engine.name.clone())
+                .or_insert_with(|| Problem {
+                    free: engine.free.clone(),
+                    base: engine.clone(),
+                    cases: Vec::new(),
+                    configs: Vec::new(),
+                });
+            if group.base.origin != engine.origin {
+                return Err(SimError::Calibration(format!(
+                    "two engine profiles are named `{}` ({} and {}): give them distinct names",
+                    engine.name, group.base.origin, engine.origin
+                )));
+            }
+            let config = match keys.iter().position(|k| *k == key) {
+                Some(i) => i,
+                None => {
+                    keys.push(key);
+                    group.configs.push(group.cases.len());
+                    keys.len() - 1
+                }
+            };
+            group.cases.push(FitCase {
+                source: corpus.file.source.name.clone(),
+                case: case.clone(),
+                exp,
+                hardware,
+                tables: std::sync::Mutex::new(tables),
+                acceptance,
+                config,
+            });
         }
-        points.push((path, pt.clone()));
     }
-    let problem = Problem {
-        base: base.clone(),
-        tables,
-        experiments,
-        points,
-        free: m.free.clone(),
+    Ok(groups.into_values().collect())
+}
+
+/// `kbench calibrate`: fits every engine profile the `fit` cases of `corpora` run on (or
+/// those named in `only`), reports, and writes each fitted profile to `out_dir` as
+/// `<name>.toml` (atomically) when given.
+pub fn run(
+    corpora: &[LoadedCorpus],
+    only: &[String],
+    out_dir: Option<&Path>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<CalibrationReport, SimError> {
+    let all = problems(corpora, only)?;
+    if all.is_empty() {
+        return Err(SimError::Calibration(if only.is_empty() {
+            "the corpus files given have no `fit` cases".into()
+        } else {
+            format!(
+                "no `fit` case of the corpus files given runs on {}",
+                only.join(", ")
+            )
+        }));
+    }
+    let mut report = CalibrationReport {
+        fits: Vec::new(),
+        not_fitted: Vec::new(),
     };
-    let x0: Vec<f64> = m
-        .free
-        .iter()
-        .map(|f| {
-            base.param(&f.param)
-                .map(|p| p.value)
-                .unwrap_or(f.min)
-                .clamp(f.min, f.max)
-        })
-        .collect();
-    progress("fitting all points");
-    let (x, mut evals) = problem.fit(None, &x0);
-    let pred = problem.predict(&x)?;
-    let mut loo = Vec::new();
-    for i in 0..problem.points.len() {
-        progress(&format!("leave-one-out {}/{}", i + 1, problem.points.len()));
-        let (xi, e) = problem.fit(Some(i), &x);
-        evals += e;
-        loo.push(problem.predict(&xi)?[i]);
+    for problem in all {
+        let n_points: usize = problem.cases.iter().map(|c| c.case.points.len()).sum();
+        if problem.free.is_empty() {
+            report.not_fitted.push(format!(
+                "{} ({}): {n_points} fit points, but the profile declares no [[free]] parameters",
+                problem.base.name, problem.base.origin
+            ));
+            continue;
+        }
+        report
+            .fits
+            .push(fit_profile(&problem, n_points, out_dir, progress)?);
     }
-    let residuals: Vec<PointResidual> = problem
-        .points
+    Ok(report)
+}
+
+fn fit_profile(
+    problem: &Problem,
+    n_points: usize,
+    out_dir: Option<&Path>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<ProfileFit, SimError> {
+    let name = &problem.base.name;
+    let sources: Vec<String> = {
+        let mut s: Vec<String> = problem.cases.iter().map(|c| c.source.clone()).collect();
+        s.dedup();
+        s.sort();
+        s.dedup();
+        s
+    };
+    if n_points <= problem.free.len() {
+        return Err(SimError::Calibration(format!(
+            "`{name}`: {n_points} fit points cannot determine {} parameters",
+            problem.free.len()
+        )));
+    }
+    progress(&format!(
+        "fitting `{name}`: {} parameters to {n_points} points from {} ({} configurations)",
+        problem.free.len(),
+        sources.join(", "),
+        problem.configs.len()
+    ));
+    let x0: Vec<f64> = problem.free.iter().map(|f| f.prior).collect();
+    let all = problem.weights(&|_, _| true);
+    let (x, mut evaluations) = problem.fit(&all, &x0, progress, "all points");
+    let pred = problem.predict(&x)?;
+
+    // Held apart: each source (or, with one source, each point) refitted without, then
+    // predicted, starting from the full fit.
+    let mut held: Vec<Vec<Option<f64>>> = problem
+        .cases
         .iter()
-        .zip(pred.iter().zip(&loo))
-        .map(|((_, pt), (p, l))| PointResidual {
-            label: pt
-                .label
-                .clone()
-                .unwrap_or_else(|| format!("{} {}", pt.experiment, pt.metric)),
-            measured: pt.value,
-            predicted: *p,
-            rel_error: p / pt.value - 1.0,
-            loo_predicted: *l,
-            loo_rel_error: l / pt.value - 1.0,
-        })
+        .map(|c| vec![None; c.case.points.len()])
         .collect();
-    let n = residuals.len() as f64;
-    let rms_log_error = (residuals
+    let held_out = if sources.len() >= 2 {
+        for (k, s) in sources.iter().enumerate() {
+            let w = problem.weights(&|ci, _| problem.cases[ci].source != *s);
+            let what = format!("leave out {s} ({}/{})", k + 1, sources.len());
+            progress(&format!("  {what}"));
+            let (xs, e) = problem.fit(&w, &x, progress, &what);
+            evaluations += e;
+            let p = problem.predict(&xs)?;
+            for (ci, c) in problem.cases.iter().enumerate() {
+                if c.source == *s {
+                    held[ci] = p[ci].iter().map(|v| Some(*v)).collect();
+                }
+            }
+        }
+        "leave-one-source-out".to_string()
+    } else if n_points <= MAX_LEAVE_ONE_POINT_OUT {
+        let every: Vec<(usize, usize)> = held
+            .iter()
+            .enumerate()
+            .flat_map(|(ci, points)| (0..points.len()).map(move |pi| (ci, pi)))
+            .collect();
+        for (k, &(ci, pi)) in every.iter().enumerate() {
+            let w = problem.weights(&|cj, pj| (cj, pj) != (ci, pi));
+            let what = format!("leave-one-out {}/{n_points}", k + 1);
+            progress(&format!("  {what}"));
+            let (xi, e) = problem.fit(&w, &x, progress, &what);
+            evaluations += e;
+            held[ci][pi] = Some(problem.predict(&xi)?[ci][pi]);
+        }
+        "leave-one-point-out (one source)".to_string()
+    } else {
+        format!(
+            "none: one source with {n_points} fit points (more than {MAX_LEAVE_ONE_POINT_OUT} refits); its `check` points are the held-apart error (kbench fidelity)"
+        )
+    };
+
+    let mut points = Vec::new();
+    for ((c, p), h) in problem.cases.iter().zip(&pred).zip(&held) {
+        for ((pt, v), h) in c.case.points.iter().zip(p).zip(h) {
+            points.push(PointResidual {
+                source: c.source.clone(),
+                case: c.case.name.clone(),
+                metric: pt.metric.clone(),
+                concurrency: pt.concurrency,
+                measured: pt.value,
+                predicted: *v,
+                rel_error: v / pt.value - 1.0,
+                held_out_predicted: *h,
+                held_out_rel_error: h.map(|h| h / pt.value - 1.0),
+            });
+        }
+    }
+    let n = points.len() as f64;
+    let rms_log_error = (points
         .iter()
         .map(|r| (r.predicted / r.measured).ln().powi(2))
         .sum::<f64>()
         / n)
         .sqrt();
-    let max_abs_rel_error = residuals
-        .iter()
-        .map(|r| r.rel_error.abs())
-        .fold(0.0, f64::max);
-    let loo_rms_rel_error = (residuals
-        .iter()
-        .map(|r| r.loo_rel_error.powi(2))
-        .sum::<f64>()
-        / n)
-        .sqrt();
+    let max_abs_rel_error = points.iter().map(|r| r.rel_error.abs()).fold(0.0, f64::max);
+    let held_errors: Vec<f64> = points.iter().filter_map(|r| r.held_out_rel_error).collect();
+    let held_out_rms_rel_error = (!held_errors.is_empty()).then(|| {
+        (held_errors.iter().map(|e| e * e).sum::<f64>() / held_errors.len() as f64).sqrt()
+    });
 
-    let mut out = base.clone();
-    let params: Vec<FittedParam> = m
+    let mut out = problem.base.clone();
+    let params: Vec<FittedParam> = problem
         .free
         .iter()
         .zip(&x)
         .map(|(f, v)| {
-            let prior = base.param(&f.param).map(|p| p.value).unwrap_or(*v);
             if let Some(p) = out.param_mut(&f.param) {
                 p.value = round_sig(*v);
                 p.source = Provenance::Fitted;
                 p.reference = format!(
-                    "fitted by kbench calibrate to {} (prior {prior}, bounds [{}, {}])",
-                    measurements_path.display(),
+                    "fitted by kbench calibrate to {} (prior {}, bounds [{}, {}])",
+                    sources.join(", "),
+                    f.prior,
                     f.min,
                     f.max
                 );
@@ -440,7 +509,7 @@ pub fn run_with(
             let span = f.max - f.min;
             FittedParam {
                 param: f.param.clone(),
-                prior,
+                prior: f.prior,
                 fitted: *v,
                 min: f.min,
                 max: f.max,
@@ -448,34 +517,42 @@ pub fn run_with(
             }
         })
         .collect();
-    out.calibration = Some(CalibrationStamp {
-        measurements: measurements_path.display().to_string(),
-        base_profile: base_profile_path.display().to_string(),
+    out.calibration = Some(EngineCalibration {
+        sources: sources.clone(),
+        fit_points: points.len(),
         method: format!(
-            "bounded Nelder-Mead on sum w*ln(pred/meas)^2 + prior terms; {} free parameters, {} points; acceptance: {}",
-            params.len(), residuals.len(), acceptance
+            "bounded Nelder-Mead from the priors on sum w*ln(pred/meas)^2 + prior terms, each source weighted equally; {} free parameters, {} points, {} configurations",
+            params.len(),
+            points.len(),
+            problem.configs.len()
         ),
         rms_log_error,
         max_abs_rel_error,
-        loo_rms_rel_error,
+        held_out: held_out.clone(),
+        held_out_rms_rel_error: held_out_rms_rel_error.unwrap_or(0.0),
     });
     out.validate()?;
-    let header = format!(
-        "# Hardware profile written by `kbench calibrate` from {} (do not edit by hand;\n# edit the base profile or the measurement file and rerun, see docs/calibration.md).\n",
-        base_profile_path.display()
-    );
-    write_profile(&out, out_path, &header)?;
-    Ok(CalibrationReport {
-        measurements: measurements_path.display().to_string(),
-        base_profile: base_profile_path.display().to_string(),
-        out_profile: out_path.display().to_string(),
+    let written = match out_dir {
+        Some(dir) => {
+            let path = dir.join(format!("{name}.toml"));
+            write_profile(&out, &path)?;
+            Some(path.display().to_string())
+        }
+        None => None,
+    };
+    Ok(ProfileFit {
+        profile: name.clone(),
+        origin: problem.base.origin.clone(),
+        sources,
+        configurations: problem.configs.len(),
         params,
-        points: residuals,
+        points,
         rms_log_error,
         max_abs_rel_error,
-        loo_rms_rel_error,
-        evaluations: evals,
-        acceptance,
+        held_out,
+        held_out_rms_rel_error,
+        evaluations,
+        written,
     })
 }
 
@@ -489,15 +566,95 @@ pub(crate) fn round_sig(v: f64) -> f64 {
 
 /// Writes to a temporary file next to `out` and renames it over `out` (atomic on one
 /// filesystem: a reader never sees half a profile).
-pub(crate) fn write_profile(
-    profile: &HardwareProfile,
-    out: &Path,
-    header: &str,
-) -> Result<(), SimError> {
-    let body = profile.to_toml_string()?;
-    let text = format!("{header}{body}");
+fn write_profile(profile: &EngineProfile, out: &Path) -> Result<(), SimError> {
+    let header = "# Engine profile written by `kbench calibrate` (docs/calibration.md). Fitted values are\n# marked `fitted`; their priors and bounds are in [[free]]. Rerun calibrate rather than\n# editing a fitted value by hand.\n";
+    let text = format!("{header}{}", profile.to_toml_string()?);
     write_atomic(out, text.as_bytes()).map_err(|source| SimError::Write {
-        path: out.into(),
+        path: PathBuf::from(out),
         source,
     })
+}
+
+impl std::fmt::Display for CalibrationReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for fit in &self.fits {
+            write!(f, "{fit}")?;
+        }
+        for n in &self.not_fitted {
+            writeln!(f, "not fitted: {n}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for ProfileFit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "== calibration of engine profile `{}` to {}",
+            self.profile,
+            self.sources.join(", ")
+        )?;
+        writeln!(
+            f,
+            "   {:<34} {:>12} {:>12} {:>20}",
+            "parameter", "prior", "fitted", "bounds"
+        )?;
+        for p in &self.params {
+            writeln!(
+                f,
+                "   {:<34} {:>12.4} {:>12.4} {:>20}{}",
+                p.param,
+                p.prior,
+                p.fitted,
+                format!("[{}, {}]", p.min, p.max),
+                if p.at_bound { "  AT BOUND" } else { "" }
+            )?;
+        }
+        writeln!(
+            f,
+            "   {:<48} {:>28} {:>4} {:>10} {:>10} {:>8} {:>10} {:>8}",
+            "source/case", "metric", "C", "measured", "predicted", "error", "held out", "error"
+        )?;
+        for p in &self.points {
+            let c = p
+                .concurrency
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "sat".into());
+            let (h, he) = match (p.held_out_predicted, p.held_out_rel_error) {
+                (Some(h), Some(e)) => (format!("{h:.2}"), format!("{:+.1}%", 100.0 * e)),
+                _ => ("-".into(), "-".into()),
+            };
+            writeln!(
+                f,
+                "   {:<48} {:>28} {:>4} {:>10.2} {:>10.2} {:>+7.1}% {:>10} {:>8}",
+                format!("{}/{}", p.source, p.case),
+                p.metric,
+                c,
+                p.measured,
+                p.predicted,
+                100.0 * p.rel_error,
+                h,
+                he
+            )?;
+        }
+        writeln!(
+            f,
+            "   rms log error {:.4}, max |error| {:.1}%, {} evaluations",
+            self.rms_log_error,
+            100.0 * self.max_abs_rel_error,
+            self.evaluations
+        )?;
+        match self.held_out_rms_rel_error {
+            Some(e) => writeln!(f, "   {}: rms error {:.1}%", self.held_out, 100.0 * e)?,
+            None => writeln!(f, "   held apart: {}", self.held_out)?,
+        }
+        match &self.written {
+            Some(w) => writeln!(f, "   wrote {w}"),
+            None => writeln!(
+                f,
+                "   not written (give --out-dir to write the fitted profile)"
+            ),
+        }
+    }
 }

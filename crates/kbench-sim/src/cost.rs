@@ -13,6 +13,7 @@ use kbench_core::arch::{ArchFamily, DraftArch, ModelArch};
 use kbench_core::spec::SpecConfig;
 use serde::Serialize;
 
+use crate::engine_profile::EngineProfile;
 use crate::error::SimError;
 use crate::optable::OpTables;
 use crate::pricer::{MoeShape, Pricer, Source};
@@ -170,6 +171,8 @@ impl std::fmt::Display for RoundBreakdown {
 /// Prices rounds for one (model, draft, hardware, parallelism) configuration.
 pub struct CostModel {
     pub profile: HardwareProfile,
+    /// What the serving engine adds: host work and launch costs.
+    pub engine: EngineProfile,
     tables: Option<OpTables>,
     pub model: ModelArch,
     pub draft: Option<DraftArch>,
@@ -215,6 +218,7 @@ impl Acc<'_> {
 impl CostModel {
     pub fn new(
         profile: HardwareProfile,
+        engine: EngineProfile,
         tables: Option<OpTables>,
         model: ModelArch,
         draft: Option<DraftArch>,
@@ -235,6 +239,7 @@ impl CostModel {
         }
         Ok(CostModel {
             profile,
+            engine,
             tables,
             model,
             draft,
@@ -272,10 +277,6 @@ impl CostModel {
             tables: self.tables.as_ref(),
             tp: self.tp,
         }
-    }
-
-    fn us(&self, name: &str) -> f64 {
-        self.profile.param(name).map(|p| p.value).unwrap_or(0.0)
     }
 
     /// Prices a pass over `tokens` query tokens from `requests` requests, with its attention
@@ -375,7 +376,7 @@ impl CostModel {
             acc.add(
                 "all_reduce",
                 1.0,
-                p.all_reduce(t as f64 * h as f64, why)?,
+                self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
                 1,
             );
             if kind != PassKind::DraftDecode {
@@ -396,9 +397,9 @@ impl CostModel {
             );
             acc.add("rope", 1.0, (p.elementwise(act_bytes), Source::Roofline), 1);
             let attn = if prefill {
-                p.mha_prefill(heads, kv, hd, requests, isl, why)?
+                self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?)
             } else {
-                p.mha_decode(heads, kv, hd, t, ctx, why)?
+                self.attention_kernel(p.mha_decode(heads, kv, hd, t, ctx, why)?)
             };
             acc.attn_us += attn.0;
             acc.add("attention", 1.0, attn, 1);
@@ -406,7 +407,7 @@ impl CostModel {
             acc.add(
                 "all_reduce",
                 1.0,
-                p.all_reduce(t as f64 * h as f64, why)?,
+                self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
                 1,
             );
             let inter = d.intermediate_size / tp;
@@ -424,7 +425,7 @@ impl CostModel {
             acc.add(
                 "all_reduce",
                 1.0,
-                p.all_reduce(t as f64 * h as f64, why)?,
+                self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
                 1,
             );
             add_logits_head(acc, &p, logit_rows, d.draft_vocab_size, h, tp, why)?;
@@ -443,7 +444,7 @@ impl CostModel {
         acc.add(
             "all_reduce",
             1.0,
-            p.all_reduce(t as f64 * h as f64, why)?,
+            self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
             1,
         );
         let layers = m.num_layers as f64;
@@ -510,7 +511,7 @@ impl CostModel {
                         p.gemm(t, kvb_n, mla.kv_lora_rank, why)?,
                         1,
                     );
-                    let attn = p.mla_prefill(heads, requests, isl, qk, why)?;
+                    let attn = self.attention_kernel(p.mla_prefill(heads, requests, isl, qk, why)?);
                     acc.add("attention", layers, attn, 1);
                 } else {
                     acc.add(
@@ -521,7 +522,7 @@ impl CostModel {
                     );
                     // Verify and draft-extend rows are priced as decode queries against the
                     // request's cache (the triton kernels walk the prefix per query block).
-                    let attn = p.mla_decode(heads, t, ctx, latent, why)?;
+                    let attn = self.attention_kernel(p.mla_decode(heads, t, ctx, latent, why)?);
                     acc.attn_us += attn.0 * layers;
                     acc.add("attention", layers, attn, 1);
                     acc.add(
@@ -554,9 +555,9 @@ impl CostModel {
                     1,
                 );
                 let attn = if prefill {
-                    p.mha_prefill(heads, kv, hd, requests, isl, why)?
+                    self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?)
                 } else {
-                    p.mha_decode(heads, kv, hd, t, ctx, why)?
+                    self.attention_kernel(p.mha_decode(heads, kv, hd, t, ctx, why)?)
                 };
                 if !prefill {
                     acc.attn_us += attn.0 * layers;
@@ -568,7 +569,7 @@ impl CostModel {
         acc.add(
             "all_reduce",
             layers,
-            p.all_reduce(t as f64 * h as f64, why)?,
+            self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
             1,
         );
 
@@ -613,17 +614,20 @@ impl CostModel {
                 acc.add(
                     "moe.routed_experts",
                     moe_layers,
-                    p.moe(
-                        t,
-                        MoeShape {
-                            experts: moe.n_routed_experts,
-                            top_k: moe.num_experts_per_tok,
-                            hidden: h,
-                            inter: moe.moe_intermediate_size,
-                            bytes_per_weight: bpw,
-                        },
-                        why,
-                    )?,
+                    self.moe_kernel(
+                        prefill,
+                        p.moe(
+                            t,
+                            MoeShape {
+                                experts: moe.n_routed_experts,
+                                top_k: moe.num_experts_per_tok,
+                                hidden: h,
+                                inter: moe.moe_intermediate_size,
+                                bytes_per_weight: bpw,
+                            },
+                            why,
+                        )?,
+                    ),
                     5,
                 );
                 if moe.n_shared_experts > 0 {
@@ -647,7 +651,7 @@ impl CostModel {
         acc.add(
             "all_reduce",
             layers,
-            p.all_reduce(t as f64 * h as f64, why)?,
+            self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
             1,
         );
         acc.add(
@@ -676,11 +680,11 @@ impl CostModel {
         // graph up to cuda_graph_max_bs requests.
         let graph = !kind.is_prefill() && requests <= self.cuda_graph_max_bs;
         if graph {
-            let launch = self.us("launch.graph_replay_us");
+            let launch = self.engine.launch.graph_replay_us.value;
             Ok((gpu, launch, gpu + launch, true, p.ops))
         } else {
             // Eager: the CPU dispatches operators ahead of the GPU; the slower side sets pace.
-            let launch = p.ops as f64 * self.us("launch.eager_op_us");
+            let launch = p.ops as f64 * self.engine.launch.eager_op_us.value;
             Ok((gpu, launch, gpu.max(launch), false, p.ops))
         }
     }
@@ -760,26 +764,27 @@ impl CostModel {
             // SGLang's overlap scheduler (on by default without speculation) hides the
             // scheduler's work behind the GPU's.
             None => (
-                self.us("host.decode_step_us") + b * self.us("host.decode_per_request_us"),
+                self.engine.host.decode_step_us.value
+                    + b * self.engine.host.decode_per_request_us.value,
                 "overlap",
                 0.0,
             ),
             Some(s) => {
-                let round = self.us("host.spec_round_us");
+                let round = self.engine.host.spec_round_us.value;
                 if s.spec_v2 {
                     // v2 keeps verification bookkeeping (accept, KV free, output append) in
                     // batched GPU tensors: its per-request host work is the plain scheduler's,
                     // and all of it overlaps the next round's GPU work except one sync.
                     (
-                        round + b * self.us("host.decode_per_request_us"),
+                        round + b * self.engine.host.decode_per_request_us.value,
                         "overlap+sync",
-                        self.us("host.v2_sync_us"),
+                        self.engine.host.v2_sync_us.value,
                     )
                 } else {
                     // Spec v1 runs with the overlap scheduler disabled and walks every request
                     // in Python after each verify (accepted tokens, KV frees, finish checks).
                     (
-                        round + b * self.us("host.spec_per_request_us"),
+                        round + b * self.engine.host.spec_per_request_us.value,
                         "serial",
                         0.0,
                     )
@@ -797,7 +802,7 @@ impl CostModel {
         if with_draft {
             t += self.pass_time(PassKind::DraftPrefill, tokens, reqs, 0.0)?.2;
         }
-        t += reqs as f64 * self.us("host.prefill_per_request_us");
+        t += reqs as f64 * self.engine.host.prefill_per_request_us.value;
         Ok(to_ns(t))
     }
 
@@ -866,7 +871,7 @@ impl CostModel {
         }
         let (host, combine, sync) = self.host_round(decode_bs, None);
         let total = combine_round(gpu, host, combine, sync)
-            + parts.len() as f64 * self.us("host.prefill_per_request_us");
+            + parts.len() as f64 * self.engine.host.prefill_per_request_us.value;
         Ok(to_ns(total))
     }
 
@@ -893,7 +898,29 @@ impl CostModel {
             let kv = (d.num_kv_heads / tp).max(1);
             us += p.mha_prefill(heads, kv, d.head_dim, 1, isl, &why)?.0;
         }
-        Ok(us * self.profile.efficiency.in_model.value)
+        Ok(us * self.engine.kernels.attention_scale.value * self.profile.efficiency.in_model.value)
+    }
+
+    /// An attention kernel's op-table time as the engine's own kernel takes it.
+    fn attention_kernel(&self, (us, source): (f64, Source)) -> (f64, Source) {
+        (us * self.engine.kernels.attention_scale.value, source)
+    }
+
+    /// An all-reduce's op-table (NCCL) time as the engine's own all-reduce takes it.
+    fn all_reduce_kernel(&self, (us, source): (f64, Source)) -> (f64, Source) {
+        (us * self.engine.kernels.all_reduce_scale.value, source)
+    }
+
+    /// The routed experts' op-table time as the engine's own MoE kernel takes it (its
+    /// prefill-sized batches run other kernel configurations than decode's).
+    fn moe_kernel(&self, prefill: bool, (us, source): (f64, Source)) -> (f64, Source) {
+        let k = &self.engine.kernels;
+        let scale = if prefill {
+            k.moe_prefill_scale.value
+        } else {
+            k.moe_scale.value
+        };
+        (us * scale, source)
     }
 
     /// Explains one decode round (`spec` None: plain decode).
@@ -943,7 +970,7 @@ impl CostModel {
             passes.push(self.explain_pass(PassKind::DraftPrefill, tokens, reqs, 0.0)?);
         }
         let gpu: f64 = passes.iter().map(|p| p.time_us).sum();
-        let host = reqs as f64 * self.us("host.prefill_per_request_us");
+        let host = reqs as f64 * self.engine.host.prefill_per_request_us.value;
         Ok(RoundBreakdown {
             what: format!("prefill of {reqs} prompts, {tokens} tokens"),
             batch: reqs,

@@ -20,8 +20,12 @@ pub enum SimError {
     },
     #[error("hardware profile {origin}: {message}")]
     Profile { origin: String, message: String },
+    #[error("engine profile {origin}: {message}")]
+    EngineProfile { origin: String, message: String },
     #[error("unknown hardware preset `{name}` (known: {known})")]
     UnknownPreset { name: String, known: String },
+    #[error("unknown engine preset `{name}` (known: {known})")]
+    UnknownEnginePreset { name: String, known: String },
     #[error("op table {origin}:{line}: {message}")]
     OpTable {
         origin: String,

@@ -5,13 +5,16 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use kbench_core::backend::Backend;
 use kbench_core::harness::{run_levels, LoadPlan, NoProgress};
 use kbench_core::metrics::percentile;
-use kbench_core::spec::load_experiment;
+use kbench_core::spec::{load_experiment, Experiment};
 use serde::Serialize;
 
 use crate::corpus::{Case, LoadedCorpus, Role};
+use crate::engine_profile::EngineProfile;
 use crate::error::SimError;
+use crate::sim::SimBackend;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PointResult {
@@ -19,6 +22,8 @@ pub struct PointResult {
     pub case: String,
     pub role: Role,
     pub engine: String,
+    /// The engine profile the prediction ran on.
+    pub engine_profile: String,
     pub metric: String,
     pub concurrency: Option<u32>,
     pub measured: f64,
@@ -47,10 +52,21 @@ pub struct ErrorStats {
     pub worst: String,
 }
 
+/// An engine profile the corpus ran on, and what it was fitted to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProfileUse {
+    /// The corpus sources its `[calibration]` names (empty: priors only).
+    pub fitted_to: Vec<String>,
+    /// Its held-apart error as calibration measured it (`leave-one-source-out: 12.3%`).
+    pub held_out: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FidelityReport {
     pub points: Vec<PointResult>,
     pub failed: Vec<FailedCase>,
+    /// Engine profile name -> what it was fitted to.
+    pub engine_profiles: BTreeMap<String, ProfileUse>,
     /// role -> metric -> errors.
     pub summary: BTreeMap<String, BTreeMap<String, ErrorStats>>,
 }
@@ -59,12 +75,34 @@ pub struct FidelityReport {
 pub fn run_corpus(corpora: &[LoadedCorpus]) -> FidelityReport {
     let mut points = Vec::new();
     let mut failed = Vec::new();
+    let mut engine_profiles = BTreeMap::new();
     for corpus in corpora {
         let dir = corpus.path.parent().unwrap_or(Path::new("."));
         let source = &corpus.file.source.name;
         for case in &corpus.file.cases {
             match run_case(dir, source, case) {
-                Ok(mut p) => points.append(&mut p),
+                Ok((mut p, profile)) => {
+                    points.append(&mut p);
+                    engine_profiles
+                        .entry(profile.name.clone())
+                        .or_insert_with(|| {
+                            let c = profile.calibration.as_ref();
+                            ProfileUse {
+                                fitted_to: c.map(|c| c.sources.clone()).unwrap_or_default(),
+                                held_out: c.map(|c| {
+                                    if c.held_out.starts_with("none") {
+                                        c.held_out.clone()
+                                    } else {
+                                        format!(
+                                            "{}: rms {:.1}%",
+                                            c.held_out,
+                                            100.0 * c.held_out_rms_rel_error
+                                        )
+                                    }
+                                }),
+                            }
+                        });
+                }
                 Err(e) => failed.push(FailedCase {
                     source: source.clone(),
                     case: case.name.clone(),
@@ -79,6 +117,7 @@ pub fn run_corpus(corpora: &[LoadedCorpus]) -> FidelityReport {
     FidelityReport {
         points,
         failed,
+        engine_profiles,
         summary,
     }
 }
@@ -123,7 +162,9 @@ fn case_overrides(case: &Case, file_levels: &[u32], file_requests: u32) -> Vec<S
     sets
 }
 
-fn run_case(dir: &Path, source: &str, case: &Case) -> Result<Vec<PointResult>, SimError> {
+/// The experiment a case runs: its file with the case's overrides and the levels its
+/// points need.
+pub(crate) fn case_experiment(dir: &Path, case: &Case) -> Result<Experiment, SimError> {
     let path = dir.join(&case.experiment);
     let experiment = |sets: &[String]| {
         let mut variants = load_experiment(&path, sets).map_err(|e| SimError::Experiment {
@@ -144,58 +185,80 @@ fn run_case(dir: &Path, source: &str, case: &Case) -> Result<Vec<PointResult>, S
     };
     // the file's own levels and request count, which a case keeps unless its points say
     let base = experiment(&own_overrides(case))?;
-    let exp = experiment(&case_overrides(
+    experiment(&case_overrides(
         case,
         &base.concurrency,
         base.requests_per_level,
-    ))?;
-    let mut backend = crate::open::open(&exp)?;
-    let levels = run_levels(
-        backend.as_mut(),
-        &LoadPlan::from_experiment(&exp),
-        &mut NoProgress,
-    )
-    .map_err(|e| SimError::Backend {
-        experiment: case.name.clone(),
-        source: Box::new(e),
-    })?;
+    ))
+}
+
+/// Runs a case's experiment on `backend` and reads the value of each of its points.
+pub(crate) fn predict_points(
+    exp: &Experiment,
+    case: &Case,
+    backend: &mut dyn Backend,
+) -> Result<Vec<f64>, SimError> {
+    let levels =
+        run_levels(backend, &LoadPlan::from_experiment(exp), &mut NoProgress).map_err(|e| {
+            SimError::Backend {
+                experiment: case.name.clone(),
+                source: Box::new(e),
+            }
+        })?;
     let metrics: Vec<serde_json::Value> = levels
         .iter()
         .map(|l| serde_json::to_value(&l.metrics).unwrap_or_default())
         .collect();
-    let mut out = Vec::with_capacity(case.points.len());
-    for p in &case.points {
-        let predicted = match p.concurrency {
-            None => levels
+    case.points
+        .iter()
+        .map(|p| match p.concurrency {
+            None => Ok(levels
                 .iter()
                 .map(|l| l.metrics.output_throughput)
-                .fold(0.0, f64::max),
+                .fold(0.0, f64::max)),
             Some(c) => levels
                 .iter()
                 .zip(&metrics)
                 .find(|(l, _)| l.concurrency == c)
                 .and_then(|(_, m)| m.get(&p.metric).and_then(|v| v.as_f64()))
                 .ok_or_else(|| SimError::Measurements {
-                    path: path.clone(),
+                    path: exp.path.clone(),
                     message: format!(
                         "case `{}`: the run has no `{}` at C={c}",
                         case.name, p.metric
                     ),
-                })?,
-        };
-        out.push(PointResult {
+                }),
+        })
+        .collect()
+}
+
+fn run_case(
+    dir: &Path,
+    source: &str,
+    case: &Case,
+) -> Result<(Vec<PointResult>, EngineProfile), SimError> {
+    let exp = case_experiment(dir, case)?;
+    let mut backend = SimBackend::new(&exp, crate::open::acceptance_for(&exp)?)?;
+    let profile = backend.cost_model().engine.clone();
+    let predicted = predict_points(&exp, case, &mut backend)?;
+    let points = case
+        .points
+        .iter()
+        .zip(predicted)
+        .map(|(p, predicted)| PointResult {
             source: source.into(),
             case: case.name.clone(),
             role: case.role,
             engine: case.engine.clone(),
+            engine_profile: profile.name.clone(),
             metric: p.metric.clone(),
             concurrency: p.concurrency,
             measured: p.value,
             predicted,
             error_pct: (predicted - p.value) / p.value * 100.0,
-        });
-    }
-    Ok(out)
+        })
+        .collect();
+    Ok((points, profile))
 }
 
 fn summarize(points: &[PointResult]) -> BTreeMap<String, BTreeMap<String, ErrorStats>> {

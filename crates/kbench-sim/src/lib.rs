@@ -1,6 +1,7 @@
 //! kbench-sim: cost model, serving simulator (virtual time), calibration.
 //!
-//! - [`profile`]: hardware profiles with provenance; [`presets`]: the embedded ones.
+//! - [`profile`]: hardware profiles with provenance; [`engine_profile`]: what the serving
+//!   engine adds; [`presets`]: the embedded ones of both.
 //! - [`optable`]: measured operator tables, interpolated; [`pricer`]: one operator's price.
 //! - [`cost`]: passes and rounds priced, with breakdowns ([`cost::CostModel::explain_round`]).
 //! - [`memory`]: whether the weights fit the GPUs at the experiment's tp_size.
@@ -15,6 +16,7 @@ pub mod acceptance;
 pub mod calibrate;
 pub mod corpus;
 pub mod cost;
+pub mod engine_profile;
 pub mod error;
 pub mod fidelity;
 mod fit;
@@ -30,6 +32,7 @@ pub mod profile;
 pub mod sim;
 
 pub use cost::{CostModel, PassBreakdown, PassKind, RoundBreakdown};
+pub use engine_profile::EngineProfile;
 pub use error::SimError;
 pub use open::{acceptance_for, open};
 pub use profile::{HardwareProfile, Param, Provenance};

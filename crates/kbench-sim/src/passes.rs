@@ -17,7 +17,7 @@ use std::path::Path;
 use kbench_core::arch::ModelArch;
 use serde::{Deserialize, Serialize};
 
-use crate::calibrate::{round_sig, write_profile};
+use crate::calibrate::round_sig;
 use crate::cost::{CostModel, PassKind};
 use crate::error::SimError;
 use crate::presets::load_tables;
@@ -269,9 +269,12 @@ fn predict(
 ) -> Result<Vec<(f64, BTreeMap<String, f64>)>, SimError> {
     let l = stack.stack.layers;
     let tables = load_tables(base)?;
-    // Graph or eager only changes launch cost, which the per-layer GPU time leaves out.
+    // Graph or eager only changes launch cost, which the per-layer GPU time leaves out, so
+    // any engine's launch terms do.
+    let engine = crate::presets::engine_preset("sglang")?;
     let one = CostModel::new(
         base.clone(),
+        engine.clone(),
         tables.clone(),
         stack_arch(path, &stack.stack, l)?,
         None,
@@ -280,6 +283,7 @@ fn predict(
     )?;
     let two = CostModel::new(
         base.clone(),
+        engine,
         tables,
         stack_arch(path, &stack.stack, 2 * l)?,
         None,
@@ -437,14 +441,16 @@ pub fn write_calibrated_profile(
             out.display()
         ))
     })?;
-    write_profile(
-        &p,
-        out,
-        &format!(
-            "# Hardware profile written by `kbench calibrate-passes` from {} and {}\n# (do not edit by hand; rerun it, see docs/gpu.md).\n",
-            base.origin, report.measured
-        ),
-    )?;
+    let text = format!(
+        "# Hardware profile written by `kbench calibrate-passes` from {} and {}\n# (do not edit by hand; rerun it, see docs/gpu.md).\n{}",
+        base.origin,
+        report.measured,
+        p.to_toml_string()?
+    );
+    kbench_core::atomic::write_atomic(out, text.as_bytes()).map_err(|source| SimError::Write {
+        path: out.into(),
+        source,
+    })?;
     report.out_profile = Some(out.display().to_string());
     Ok(())
 }

@@ -1,8 +1,10 @@
-//! Hardware presets compiled into the binary (so `kbench` works from any directory), and
-//! resolution of an experiment's [`HardwareRef`] to a profile plus its op tables.
+//! Hardware and engine presets compiled into the binary (so `kbench` works from any
+//! directory), and resolution of an experiment's [`HardwareRef`] to a profile plus its op
+//! tables, and of its `[engine]` to an engine profile.
 
-use kbench_core::spec::HardwareRef;
+use kbench_core::spec::{EngineProfileRef, Experiment, HardwareRef};
 
+use crate::engine_profile::EngineProfile;
 use crate::error::SimError;
 use crate::optable::OpTables;
 use crate::profile::HardwareProfile;
@@ -25,6 +27,76 @@ const PRESETS: &[(&str, &str, &str)] = &[
         include_str!("../../../experiments/hardware/h200.toml"),
     ),
 ];
+
+/// (preset name, file it was compiled from, contents).
+const ENGINE_PRESETS: &[(&str, &str, &str)] = &[
+    (
+        "sglang",
+        "experiments/engines/sglang.toml",
+        include_str!("../../../experiments/engines/sglang.toml"),
+    ),
+    (
+        "sglang-8x-rtx-pro-6000-server",
+        "experiments/engines/sglang-8x-rtx-pro-6000-server.toml",
+        include_str!("../../../experiments/engines/sglang-8x-rtx-pro-6000-server.toml"),
+    ),
+    (
+        "vllm",
+        "experiments/engines/vllm.toml",
+        include_str!("../../../experiments/engines/vllm.toml"),
+    ),
+    (
+        "vllm-8x-h200",
+        "experiments/engines/vllm-8x-h200.toml",
+        include_str!("../../../experiments/engines/vllm-8x-h200.toml"),
+    ),
+];
+
+pub fn engine_preset_names() -> Vec<&'static str> {
+    ENGINE_PRESETS.iter().map(|p| p.0).collect()
+}
+
+pub fn engine_preset(name: &str) -> Result<EngineProfile, SimError> {
+    let (_, file, text) = ENGINE_PRESETS.iter().find(|p| p.0 == name).ok_or_else(|| {
+        SimError::UnknownEnginePreset {
+            name: name.into(),
+            known: engine_preset_names().join(", "),
+        }
+    })?;
+    EngineProfile::from_toml_str(text, &format!("engine preset `{name}` ({file}, embedded)"))
+}
+
+/// The experiment's engine profile: the one it names, else the engine's profile for its
+/// hardware (`<engine>-<hardware name>`) where one ships, else the engine's generic priors.
+pub fn resolve_engine_profile(
+    exp: &Experiment,
+    hardware: &HardwareProfile,
+) -> Result<EngineProfile, SimError> {
+    let kind = exp.engine.kind.name();
+    let profile = match &exp.engine.profile {
+        Some(EngineProfileRef::Preset(name)) => engine_preset(name)?,
+        Some(EngineProfileRef::Profile(path)) => EngineProfile::from_file(path)?,
+        None => {
+            let for_box = format!("{kind}-{}", hardware.name);
+            if engine_preset_names().contains(&for_box.as_str()) {
+                engine_preset(&for_box)?
+            } else {
+                engine_preset(kind)?
+            }
+        }
+    };
+    if profile.engine != kind {
+        return Err(SimError::EngineProfile {
+            origin: profile.origin.clone(),
+            message: format!(
+                "the profile describes {}, but {} runs [engine] name = \"{kind}\"",
+                profile.engine,
+                exp.path.display()
+            ),
+        });
+    }
+    Ok(profile)
+}
 
 pub fn preset_names() -> Vec<&'static str> {
     PRESETS.iter().map(|p| p.0).collect()
@@ -76,6 +148,14 @@ mod tests {
         for name in preset_names() {
             let p = preset(name).unwrap();
             assert!(load_tables(&p).unwrap().is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn every_engine_preset_parses() {
+        for name in engine_preset_names() {
+            let p = engine_preset(name).unwrap();
+            assert_eq!(p.name, name);
         }
     }
 

@@ -76,55 +76,6 @@ pub struct InterconnectSection {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LaunchSection {
-    /// Host cost of replaying one CUDA graph (one forward pass), microseconds.
-    pub graph_replay_us: Param,
-    /// Host cost per operator launched eagerly (SGLang's Python dispatch + CUDA launch),
-    /// microseconds. Eager passes: batches above cuda_graph_max_bs and prefill.
-    pub eager_op_us: Param,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostSection {
-    /// Scheduler work per plain decode step (batch assembly, sampling sync, output
-    /// processing), microseconds; overlapped with GPU work by SGLang's overlap scheduler.
-    pub decode_step_us: Param,
-    /// Per request per plain decode step, microseconds.
-    pub decode_per_request_us: Param,
-    /// Per prefilled request (tokenized input to scheduled batch, first-token output),
-    /// microseconds; serial with the prefill pass.
-    pub prefill_per_request_us: Param,
-    /// Host work per speculative round (tree building, verify bookkeeping, scheduling),
-    /// microseconds. v1 adds it to every round; v2 overlaps it with the next round's GPU work.
-    pub spec_round_us: Param,
-    /// Per request per speculative round, microseconds.
-    pub spec_per_request_us: Param,
-    /// What v2's overlap cannot remove per round (the device-to-host sync of accept lengths
-    /// and the launch of the next round), microseconds; part of the round's host work, so at
-    /// most `spec_round_us`.
-    pub v2_sync_us: Param,
-    /// Output path outside the GPU loop, per streamed chunk (one per request per forward that
-    /// commits tokens: a speculative round streams its accepted tokens as one chunk),
-    /// microseconds: the detokenizer's incremental decode, the tokenizer manager's output
-    /// handling and HTTP/SSE streaming, and the client parsing what it receives (single
-    /// Python processes). It is pipelined with the GPU (a chunk becomes visible to the client
-    /// when the front end has handled it, while the scheduler runs ahead), so it sets a
-    /// ceiling of 1e6 / value chunks/s for the whole server rather than a per-step latency.
-    #[serde(default = "zero_frontend")]
-    pub frontend_per_chunk_us: Param,
-}
-
-fn zero_frontend() -> Param {
-    Param::new(
-        0.0,
-        Provenance::Prior,
-        "no front-end cost (tokens visible at the end of their round)",
-    )
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct EfficiencySection {
     /// Fraction of memory bandwidth a roofline-priced operator reaches.
     pub mem_bw: Param,
@@ -163,8 +114,6 @@ pub struct HardwareProfile {
     pub description: String,
     pub gpu: GpuSection,
     pub interconnect: InterconnectSection,
-    pub launch: LaunchSection,
-    pub host: HostSection,
     pub efficiency: EfficiencySection,
     #[serde(default)]
     pub optables: Option<OpTablesSection>,
@@ -200,23 +149,37 @@ pub const PARAM_KEYS: &[&str] = &[
     "gpu.min_kernel_us",
     "interconnect.all_reduce_latency_us",
     "interconnect.all_reduce_bus_gbs",
-    "launch.graph_replay_us",
-    "launch.eager_op_us",
-    "host.decode_step_us",
-    "host.decode_per_request_us",
-    "host.prefill_per_request_us",
-    "host.spec_round_us",
-    "host.spec_per_request_us",
-    "host.v2_sync_us",
-    "host.frontend_per_chunk_us",
     "efficiency.mem_bw",
     "efficiency.flops",
     "efficiency.in_model",
     "efficiency.moe_expert_spread",
 ];
 
+/// Profiles written before engine profiles existed carried the engine's terms: say where
+/// they went rather than only that the keys are unknown.
+fn moved_sections(text: &str, origin: &str) -> Result<(), SimError> {
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return Ok(());
+    };
+    let moved: Vec<&str> = ["launch", "host"]
+        .into_iter()
+        .filter(|k| table.contains_key(*k))
+        .collect();
+    if moved.is_empty() {
+        return Ok(());
+    }
+    Err(SimError::Profile {
+        origin: origin.into(),
+        message: format!(
+            "[{}] belongs to the serving engine, not the hardware: move it into an engine profile (experiments/engines/, docs/cost-model.md) and name that in the experiment's [engine] section",
+            moved.join("] and [")
+        ),
+    })
+}
+
 impl HardwareProfile {
     pub fn from_toml_str(text: &str, origin: &str) -> Result<HardwareProfile, SimError> {
+        moved_sections(text, origin)?;
         let mut p: HardwareProfile = toml::from_str(text).map_err(|e| SimError::Profile {
             origin: origin.into(),
             message: e.to_string().trim().to_string(),
@@ -287,21 +250,6 @@ impl HardwareProfile {
                 self.efficiency.in_model.value
             )));
         }
-        // v2's unremovable sync is part of the per-round host work it otherwise overlaps, and
-        // v2 does no more per-request host work than v1: together these make v2 never slower
-        // than v1 per round, by construction.
-        if self.host.v2_sync_us.value > self.host.spec_round_us.value {
-            return Err(bad(format!(
-                "host.v2_sync_us = {} exceeds host.spec_round_us = {} (the sync is part of the round's host work)",
-                self.host.v2_sync_us.value, self.host.spec_round_us.value
-            )));
-        }
-        if self.host.decode_per_request_us.value > self.host.spec_per_request_us.value {
-            return Err(bad(format!(
-                "host.decode_per_request_us = {} exceeds host.spec_per_request_us = {} (v1 does at least the plain scheduler's per-request work)",
-                self.host.decode_per_request_us.value, self.host.spec_per_request_us.value
-            )));
-        }
         if let Some(t) = &self.optables {
             if t.system.is_some() == t.dir.is_some() {
                 return Err(bad(
@@ -321,15 +269,6 @@ impl HardwareProfile {
             "gpu.min_kernel_us" => &self.gpu.min_kernel_us,
             "interconnect.all_reduce_latency_us" => &self.interconnect.all_reduce_latency_us,
             "interconnect.all_reduce_bus_gbs" => &self.interconnect.all_reduce_bus_gbs,
-            "launch.graph_replay_us" => &self.launch.graph_replay_us,
-            "launch.eager_op_us" => &self.launch.eager_op_us,
-            "host.decode_step_us" => &self.host.decode_step_us,
-            "host.decode_per_request_us" => &self.host.decode_per_request_us,
-            "host.prefill_per_request_us" => &self.host.prefill_per_request_us,
-            "host.spec_round_us" => &self.host.spec_round_us,
-            "host.spec_per_request_us" => &self.host.spec_per_request_us,
-            "host.v2_sync_us" => &self.host.v2_sync_us,
-            "host.frontend_per_chunk_us" => &self.host.frontend_per_chunk_us,
             "efficiency.mem_bw" => &self.efficiency.mem_bw,
             "efficiency.flops" => &self.efficiency.flops,
             "efficiency.in_model" => &self.efficiency.in_model,
@@ -347,15 +286,6 @@ impl HardwareProfile {
             "gpu.min_kernel_us" => &mut self.gpu.min_kernel_us,
             "interconnect.all_reduce_latency_us" => &mut self.interconnect.all_reduce_latency_us,
             "interconnect.all_reduce_bus_gbs" => &mut self.interconnect.all_reduce_bus_gbs,
-            "launch.graph_replay_us" => &mut self.launch.graph_replay_us,
-            "launch.eager_op_us" => &mut self.launch.eager_op_us,
-            "host.decode_step_us" => &mut self.host.decode_step_us,
-            "host.decode_per_request_us" => &mut self.host.decode_per_request_us,
-            "host.prefill_per_request_us" => &mut self.host.prefill_per_request_us,
-            "host.spec_round_us" => &mut self.host.spec_round_us,
-            "host.spec_per_request_us" => &mut self.host.spec_per_request_us,
-            "host.v2_sync_us" => &mut self.host.v2_sync_us,
-            "host.frontend_per_chunk_us" => &mut self.host.frontend_per_chunk_us,
             "efficiency.mem_bw" => &mut self.efficiency.mem_bw,
             "efficiency.flops" => &mut self.efficiency.flops,
             "efficiency.in_model" => &mut self.efficiency.in_model,

@@ -34,13 +34,14 @@ use kbench_core::backend::{
 use kbench_core::spec::{EngineKind, Experiment, SpecConfig};
 
 use crate::cost::{CostModel, PrefillPart, RoundBreakdown};
+use crate::engine_profile::EngineProfile;
 use crate::error::SimError;
 use crate::kv::{
     KvPool, CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO_FACTOR,
     NEW_TOKEN_RATIO_DECAY_STEPS, RETRACT_DECODE_STEPS,
 };
 use crate::optable::OpTables;
-use crate::presets::{load_tables, resolve_profile};
+use crate::presets::{load_tables, resolve_engine_profile, resolve_profile};
 use crate::profile::HardwareProfile;
 
 mod vllm;
@@ -75,14 +76,16 @@ impl SimBackend {
         acceptance: Option<Arc<dyn AcceptanceModel>>,
     ) -> Result<SimBackend, SimError> {
         let profile = resolve_profile(&exp.hardware)?;
+        let engine = resolve_engine_profile(exp, &profile)?;
         let tables = load_tables(&profile)?;
-        Self::with_profile(exp, profile, tables, acceptance)
+        Self::with_profiles(exp, profile, engine, tables, acceptance)
     }
 
-    /// With an explicit profile (calibration and what-if studies).
-    pub fn with_profile(
+    /// With explicit profiles (calibration and what-if studies).
+    pub fn with_profiles(
         exp: &Experiment,
         profile: HardwareProfile,
+        engine: EngineProfile,
         tables: Option<OpTables>,
         acceptance: Option<Arc<dyn AcceptanceModel>>,
     ) -> Result<SimBackend, SimError> {
@@ -109,6 +112,7 @@ impl SimBackend {
         kv.check_fits(exp)?;
         let cost = CostModel::new(
             profile,
+            engine,
             tables,
             exp.model.clone(),
             exp.draft.clone(),
@@ -203,14 +207,20 @@ impl Backend for SimBackend {
             .map(|a| format!("; acceptance: {}", a.describe()))
             .unwrap_or_default();
         let p = &self.cost.profile;
+        let e = &self.cost.engine;
         format!(
-            "sim: `{}` on cost model `{}` ({}){}{}; {}",
+            "sim: `{}` on cost model `{}` ({}){} with engine profile `{}`{}{}; {}",
             self.name,
             p.name,
             self.cost.tables_origin(),
             p.calibration
                 .as_ref()
                 .map(|c| format!(", calibrated to {}", c.measurements))
+                .unwrap_or_default(),
+            e.name,
+            e.calibration
+                .as_ref()
+                .map(|c| format!(" (fitted to {})", c.sources.join(", ")))
                 .unwrap_or_default(),
             acc,
             self.kv.describe()
@@ -221,6 +231,7 @@ impl Backend for SimBackend {
         Ok(Box::new(SimSession {
             b: self,
             now: 0,
+            arriving: Vec::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
             chunked: None,
@@ -322,6 +333,9 @@ impl KvState {
 struct SimSession<'a> {
     b: &'a SimBackend,
     now: Nanos,
+    /// Sent, but still in the API server (parsing, tokenizing): they reach `waiting` at the
+    /// time beside them.
+    arriving: Vec<(Nanos, Live)>,
     waiting: VecDeque<Live>,
     running: Vec<Live>,
     /// The request whose prompt is being prefilled in chunks (SGLang's `chunked_req`).
@@ -365,7 +379,7 @@ impl SimSession<'_> {
     /// what it already has queued); returns when they become visible to the client.
     fn deliver(&mut self, chunks: u32) -> Nanos {
         let per_chunk_ns =
-            (self.b.cost.profile.host.frontend_per_chunk_us.value * 1e3).round() as u64;
+            (self.b.cost.engine.host.frontend_per_chunk_us.value * 1e3).round() as u64;
         let start = self.now.max(self.frontend_free);
         self.frontend_free = start + per_chunk_ns * chunks as u64;
         self.frontend_free
@@ -611,16 +625,49 @@ impl SimSession<'_> {
         }
     }
 
-    fn idle(&self) -> bool {
+    /// Nothing for the scheduler to run now (requests may still be on their way to it).
+    fn nothing_scheduled(&self) -> bool {
         self.running.is_empty()
             && self.waiting.is_empty()
             && self.chunked.is_none()
             && self.partial.is_empty()
     }
 
+    fn idle(&self) -> bool {
+        self.nothing_scheduled() && self.arriving.is_empty()
+    }
+
+    /// Requests the API server has handed over by now join the queue, in the order they
+    /// got there.
+    fn admit_arrivals(&mut self) {
+        if self.arriving.is_empty() {
+            return;
+        }
+        let now = self.now;
+        let (mut ready, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.arriving)
+            .into_iter()
+            .partition(|(t, _)| *t <= now);
+        self.arriving = rest;
+        ready.sort_by_key(|(t, r)| (*t, r.req.id));
+        self.waiting.extend(ready.into_iter().map(|(_, r)| r));
+    }
+
+    fn next_arrival(&self) -> Option<Nanos> {
+        self.arriving.iter().map(|(t, _)| *t).min()
+    }
+
     /// One forward: a prefill if the scheduler would run one (prefill first), else a
     /// decode round.
     fn step(&mut self) -> Result<(), BackendError> {
+        self.admit_arrivals();
+        if self.nothing_scheduled() {
+            // the GPU waits for the API server
+            if let Some(t) = self.next_arrival() {
+                self.now = self.now.max(t);
+                self.admit_arrivals();
+            }
+            return Ok(());
+        }
         if self.b.engine == EngineKind::Vllm {
             return self.vllm_step();
         }
@@ -657,7 +704,13 @@ impl Session for SimSession<'_> {
             ));
         }
         let now = self.now;
-        self.waiting.push_back(Live::new(request, now));
+        let delay = self.b.cost.engine.admission_delay_ns(request.input_len);
+        let live = Live::new(request, now);
+        if delay == 0 {
+            self.waiting.push_back(live);
+        } else {
+            self.arriving.push((now + delay, live));
+        }
         Ok(())
     }
 
@@ -686,6 +739,9 @@ impl Session for SimSession<'_> {
 
     fn advance_to(&mut self, deadline: Nanos) -> Result<Vec<RequestRecord>, BackendError> {
         while self.now <= deadline && !self.idle() {
+            if self.nothing_scheduled() && self.next_arrival().is_some_and(|t| t > deadline) {
+                break;
+            }
             self.step()?;
         }
         self.now = self.now.max(deadline);
@@ -701,6 +757,10 @@ impl Session for SimSession<'_> {
     }
 
     fn cancel(&mut self, id: u64) -> bool {
+        if let Some(i) = self.arriving.iter().position(|(_, r)| r.req.id == id) {
+            self.arriving.remove(i);
+            return true;
+        }
         if let Some(i) = self.waiting.iter().position(|r| r.req.id == id) {
             self.waiting.remove(i);
             return true;

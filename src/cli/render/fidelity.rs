@@ -85,10 +85,19 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
         }
     }
     write_rows(out, &rows)?;
-    writeln!(
-        out,
-        "   no profile is fitted to the corpus yet: the seed's points are what the 8x-rtx-pro-6000-server profile was calibrated to, the rest are predicted from priors"
-    )?;
+    writeln!(out)?;
+    writeln!(out, "== engine profiles")?;
+    for (name, u) in &r.engine_profiles {
+        match (&u.fitted_to[..], &u.held_out) {
+            ([], _) => writeln!(out, "   {name}: priors, fitted to nothing")?,
+            (to, held) => writeln!(
+                out,
+                "   {name}: fitted to the `fit` points of {}; held apart: {}",
+                to.join(", "),
+                held.as_deref().unwrap_or("-")
+            )?,
+        }
+    }
     Ok(())
 }
 

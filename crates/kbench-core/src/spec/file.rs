@@ -110,6 +110,13 @@ pub struct EngineSection {
     /// else 2048).
     #[serde(default)]
     pub max_num_batched_tokens: Option<u32>,
+    /// The engine profile (host terms, launch costs) by preset name ...
+    #[serde(default)]
+    pub preset: Option<String>,
+    /// ... or by file, relative to the experiment file. Neither: the engine's profile for
+    /// the experiment's hardware if one ships, else the engine's generic priors.
+    #[serde(default)]
+    pub profile: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

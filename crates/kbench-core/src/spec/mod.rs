@@ -16,6 +16,6 @@ pub use resolve::{
 };
 pub use speculative::{validate_speculative, RuleViolation, SpecConfig, VerifyMethod};
 pub use workload::{
-    ChunkedPrefill, EngineKind, EngineSettings, KvCacheDtype, KvSettings, RequestLengths, Workload,
-    DEFAULT_MAX_PREFILL_TOKENS,
+    ChunkedPrefill, EngineKind, EngineProfileRef, EngineSettings, KvCacheDtype, KvSettings,
+    RequestLengths, Workload, DEFAULT_MAX_PREFILL_TOKENS,
 };

@@ -319,6 +319,7 @@ pub(crate) fn resolve(
     let engine = super::workload::resolve_engine(
         file.engine.as_ref(),
         spec.algorithm == Algorithm::Eagle3,
+        base_dir,
         &invalid,
     )?;
     let input_len = workload.prompt_bounds();

@@ -296,17 +296,36 @@ pub enum EngineKind {
     Vllm,
 }
 
+impl EngineKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Sglang => "sglang",
+            EngineKind::Vllm => "vllm",
+        }
+    }
+}
+
+/// Which engine profile the experiment names; its contents are the backend's business.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum EngineProfileRef {
+    Preset(String),
+    Profile(std::path::PathBuf),
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct EngineSettings {
     pub kind: EngineKind,
     pub version: Option<String>,
     /// vLLM's token budget (`None`: its default for the GPU).
     pub max_num_batched_tokens: Option<u32>,
+    /// `None`: the engine's profile for the hardware, else its generic one.
+    pub profile: Option<EngineProfileRef>,
 }
 
 pub(crate) fn resolve_engine(
     e: Option<&super::file::EngineSection>,
     speculative: bool,
+    base_dir: &std::path::Path,
     invalid: Invalid,
 ) -> Result<EngineSettings, SpecError> {
     let Some(e) = e else {
@@ -344,9 +363,22 @@ pub(crate) fn resolve_engine(
             "set speculative.algorithm = \"none\", or simulate SGLang",
         ));
     }
+    let profile = match (&e.preset, &e.profile) {
+        (None, None) => None,
+        (Some(p), None) => Some(EngineProfileRef::Preset(p.clone())),
+        (None, Some(p)) => Some(EngineProfileRef::Profile(base_dir.join(p))),
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "engine.profile",
+                "[engine] names both a `preset` and a `profile`".into(),
+                "keep one of them",
+            ))
+        }
+    };
     Ok(EngineSettings {
         kind,
         version: e.version.clone(),
         max_num_batched_tokens: e.max_num_batched_tokens,
+        profile,
     })
 }

@@ -1,0 +1,365 @@
+//! Engine profiles: what the serving engine (SGLang, vLLM, at a version) adds to the GPU
+//! time the hardware profile prices: host work per step, per request, per speculative round
+//! and per streamed chunk, the cost of launching a forward, and the API server's work before
+//! a request reaches the scheduler. The same GPUs under another engine, or another version,
+//! get another profile; the hardware profile keeps only the box.
+//!
+//! A profile is TOML (format in docs/cost-model.md). Every value is a [`Param`] with its
+//! provenance; `[[free]]` names the at most four values `kbench calibrate` may fit, each with
+//! its prior and physical bounds.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SimError;
+use crate::profile::{Param, Provenance};
+
+pub const MAX_FREE_PARAMS: usize = 4;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchSection {
+    /// Host cost of replaying one CUDA graph (one forward pass), microseconds.
+    pub graph_replay_us: Param,
+    /// Host cost per operator launched eagerly (the engine's Python dispatch + CUDA launch),
+    /// microseconds. Eager passes: batches above cuda_graph_max_bs and prefill.
+    pub eager_op_us: Param,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSection {
+    /// Scheduler work per plain decode step (batch assembly, sampling sync, output
+    /// processing), microseconds; overlapped with GPU work by an overlap scheduler.
+    pub decode_step_us: Param,
+    /// Per request per plain decode step, microseconds.
+    pub decode_per_request_us: Param,
+    /// Per prefilled request (tokenized input to scheduled batch, first-token output),
+    /// microseconds; serial with the prefill pass.
+    pub prefill_per_request_us: Param,
+    /// Host work per speculative round (tree building, verify bookkeeping, scheduling),
+    /// microseconds. v1 adds it to every round; v2 overlaps it with the next round's GPU work.
+    pub spec_round_us: Param,
+    /// Per request per speculative round, microseconds.
+    pub spec_per_request_us: Param,
+    /// What v2's overlap cannot remove per round (the device-to-host sync of accept lengths
+    /// and the launch of the next round), microseconds; part of the round's host work, so at
+    /// most `spec_round_us`.
+    pub v2_sync_us: Param,
+    /// Output path outside the GPU loop, per streamed chunk (one per request per forward that
+    /// commits tokens: a speculative round streams its accepted tokens as one chunk),
+    /// microseconds: detokenizing, the front end's output handling and HTTP/SSE streaming,
+    /// and the client parsing what it receives. Pipelined with the GPU (a chunk becomes
+    /// visible when the front end has handled it, while the scheduler runs ahead), so it sets
+    /// a ceiling of 1e6 / value chunks/s for the whole server rather than a per-step latency.
+    #[serde(default = "zero_frontend")]
+    pub frontend_per_chunk_us: Param,
+    /// From a request's arrival to the scheduler seeing it, per request, microseconds: HTTP
+    /// parsing, the chat template, the hand-off from the API server to the engine's
+    /// scheduler. Spent in the API server, in parallel with the GPU loop: it delays the
+    /// request, not the batch.
+    #[serde(default = "zero_admission")]
+    pub admission_per_request_us: Param,
+    /// The API server tokenizing the prompt, per prompt token, microseconds; like
+    /// `admission_per_request_us` it delays the request, not the batch.
+    #[serde(default = "zero_tokenize")]
+    pub tokenize_per_token_us: Param,
+}
+
+fn zero_frontend() -> Param {
+    Param::new(
+        0.0,
+        Provenance::Prior,
+        "no front-end cost (tokens visible at the end of their round)",
+    )
+}
+
+fn zero_admission() -> Param {
+    Param::new(
+        0.0,
+        Provenance::Prior,
+        "no admission delay (a request reaches the scheduler when it is sent)",
+    )
+}
+
+fn zero_tokenize() -> Param {
+    Param::new(0.0, Provenance::Prior, "tokenizing costs nothing")
+}
+
+/// The engine's own kernels against the op tables' (measured with SGLang's kernels): the
+/// same operator in vLLM (its Marlin MoE, TRITON_MLA or FlashMLA attention) can take longer
+/// or shorter. 1 = the tables as measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelSection {
+    /// Routed-expert (MoE) kernel time in decode and verify passes relative to the op
+    /// tables'.
+    pub moe_scale: Param,
+    /// The same in prefill passes (prefill-sized batches: other kernel configurations).
+    #[serde(default = "tables_as_measured")]
+    pub moe_prefill_scale: Param,
+    /// Attention kernel time (decode, verify and prefill) relative to the op tables'.
+    pub attention_scale: Param,
+    /// All-reduce time relative to the op tables' NCCL: below 1 where the engine's custom
+    /// one-shot all-reduce (NVLink, small messages) beats NCCL's ring.
+    #[serde(default = "tables_as_measured")]
+    pub all_reduce_scale: Param,
+}
+
+fn tables_as_measured() -> Param {
+    Param::new(
+        1.0,
+        Provenance::Measured,
+        "the op tables' kernels, as measured (SGLang's; NCCL for all-reduce)",
+    )
+}
+
+impl Default for KernelSection {
+    fn default() -> KernelSection {
+        KernelSection {
+            moe_scale: tables_as_measured(),
+            moe_prefill_scale: tables_as_measured(),
+            attention_scale: tables_as_measured(),
+            all_reduce_scale: tables_as_measured(),
+        }
+    }
+}
+
+/// A value `kbench calibrate` may fit: its prior and physical bounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FreeParam {
+    /// A profile key ([`ENGINE_PARAM_KEYS`]).
+    pub param: String,
+    /// The value before any fit, and what the fit is pulled toward.
+    pub prior: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Weight of the pull toward the prior (0: none), on (x - prior) / (max - min).
+    #[serde(default)]
+    pub prior_weight: f64,
+}
+
+/// Recorded in a calibrated engine profile: what it was fitted to and how well.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineCalibration {
+    /// The corpus sources whose `fit` points the profile was fitted to.
+    pub sources: Vec<String>,
+    pub fit_points: usize,
+    pub method: String,
+    pub rms_log_error: f64,
+    pub max_abs_rel_error: f64,
+    /// Held-apart error: `leave-one-source-out` with two sources or more, else
+    /// `leave-one-point-out` within the one source.
+    pub held_out: String,
+    pub held_out_rms_rel_error: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineProfile {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// `sglang` or `vllm`: the scheduler the profile's terms belong to.
+    pub engine: String,
+    /// The versions the terms describe.
+    pub version: String,
+    /// The box the fitted terms were measured on (none: priors for any box).
+    #[serde(default)]
+    pub hardware: Option<String>,
+    pub launch: LaunchSection,
+    pub host: HostSection,
+    #[serde(default)]
+    pub kernels: KernelSection,
+    #[serde(default)]
+    pub free: Vec<FreeParam>,
+    #[serde(default)]
+    pub calibration: Option<EngineCalibration>,
+    /// Where the profile was read from (not part of the file).
+    #[serde(skip)]
+    pub origin: String,
+}
+
+/// Dotted names of every value of an engine profile, in file order.
+pub const ENGINE_PARAM_KEYS: &[&str] = &[
+    "launch.graph_replay_us",
+    "launch.eager_op_us",
+    "host.decode_step_us",
+    "host.decode_per_request_us",
+    "host.prefill_per_request_us",
+    "host.spec_round_us",
+    "host.spec_per_request_us",
+    "host.v2_sync_us",
+    "host.frontend_per_chunk_us",
+    "host.admission_per_request_us",
+    "host.tokenize_per_token_us",
+    "kernels.moe_scale",
+    "kernels.moe_prefill_scale",
+    "kernels.attention_scale",
+    "kernels.all_reduce_scale",
+];
+
+impl EngineProfile {
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<EngineProfile, SimError> {
+        let mut p: EngineProfile = toml::from_str(text).map_err(|e| SimError::EngineProfile {
+            origin: origin.into(),
+            message: e.to_string().trim().to_string(),
+        })?;
+        p.origin = origin.into();
+        p.validate()?;
+        Ok(p)
+    }
+
+    pub fn from_file(path: &Path) -> Result<EngineProfile, SimError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+            what: "engine profile",
+            path: path.into(),
+            source,
+        })?;
+        Self::from_toml_str(&text, &path.display().to_string())
+    }
+
+    pub fn to_toml_string(&self) -> Result<String, SimError> {
+        toml::to_string(self).map_err(|e| SimError::EngineProfile {
+            origin: self.origin.clone(),
+            message: format!("cannot serialize: {e}"),
+        })
+    }
+
+    /// Values a host cannot have, and free parameters the fit could not use.
+    pub fn validate(&self) -> Result<(), SimError> {
+        let bad = |message: String| SimError::EngineProfile {
+            origin: self.origin.clone(),
+            message,
+        };
+        if !["sglang", "vllm"].contains(&self.engine.as_str()) {
+            return Err(bad(format!(
+                "engine = `{}`: use sglang or vllm",
+                self.engine
+            )));
+        }
+        for key in ENGINE_PARAM_KEYS {
+            let v = self.param(key).map(|p| p.value).unwrap_or(f64::NAN);
+            if !v.is_finite() || v < 0.0 {
+                return Err(bad(format!(
+                    "{key} = {v} is not a finite non-negative number"
+                )));
+            }
+        }
+        for key in [
+            "kernels.moe_scale",
+            "kernels.moe_prefill_scale",
+            "kernels.attention_scale",
+            "kernels.all_reduce_scale",
+        ] {
+            let v = self.param(key).map(|p| p.value).unwrap_or(1.0);
+            if !(0.25..=4.0).contains(&v) {
+                return Err(bad(format!(
+                    "{key} = {v} is outside the physical range [0.25, 4] (a kernel 4x off the measured one is another kernel)"
+                )));
+            }
+        }
+        // v2's unremovable sync is part of the per-round host work it otherwise overlaps, and
+        // v2 does no more per-request host work than v1: together these make v2 never slower
+        // than v1 per round, by construction.
+        if self.host.v2_sync_us.value > self.host.spec_round_us.value {
+            return Err(bad(format!(
+                "host.v2_sync_us = {} exceeds host.spec_round_us = {} (the sync is part of the round's host work)",
+                self.host.v2_sync_us.value, self.host.spec_round_us.value
+            )));
+        }
+        if self.host.decode_per_request_us.value > self.host.spec_per_request_us.value {
+            return Err(bad(format!(
+                "host.decode_per_request_us = {} exceeds host.spec_per_request_us = {} (v1 does at least the plain scheduler's per-request work)",
+                self.host.decode_per_request_us.value, self.host.spec_per_request_us.value
+            )));
+        }
+        if self.free.len() > MAX_FREE_PARAMS {
+            return Err(bad(format!(
+                "{} [[free]] parameters; at most {MAX_FREE_PARAMS} per engine and box",
+                self.free.len()
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for f in &self.free {
+            if !ENGINE_PARAM_KEYS.contains(&f.param.as_str()) {
+                return Err(bad(format!(
+                    "[[free]] names unknown parameter `{}` (known: {})",
+                    f.param,
+                    ENGINE_PARAM_KEYS.join(", ")
+                )));
+            }
+            if !seen.insert(f.param.as_str()) {
+                return Err(bad(format!("[[free]] names `{}` twice", f.param)));
+            }
+            let finite = [f.prior, f.min, f.max, f.prior_weight]
+                .iter()
+                .all(|v| v.is_finite());
+            if !(finite && f.min < f.max && f.prior_weight >= 0.0) {
+                return Err(bad(format!(
+                    "[[free]] `{}`: need finite min < max and prior_weight >= 0",
+                    f.param
+                )));
+            }
+            if !(f.min..=f.max).contains(&f.prior) {
+                return Err(bad(format!(
+                    "[[free]] `{}`: prior {} is outside its bounds [{}, {}]",
+                    f.param, f.prior, f.min, f.max
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn param(&self, key: &str) -> Option<&Param> {
+        Some(match key {
+            "launch.graph_replay_us" => &self.launch.graph_replay_us,
+            "launch.eager_op_us" => &self.launch.eager_op_us,
+            "host.decode_step_us" => &self.host.decode_step_us,
+            "host.decode_per_request_us" => &self.host.decode_per_request_us,
+            "host.prefill_per_request_us" => &self.host.prefill_per_request_us,
+            "host.spec_round_us" => &self.host.spec_round_us,
+            "host.spec_per_request_us" => &self.host.spec_per_request_us,
+            "host.v2_sync_us" => &self.host.v2_sync_us,
+            "host.frontend_per_chunk_us" => &self.host.frontend_per_chunk_us,
+            "host.admission_per_request_us" => &self.host.admission_per_request_us,
+            "host.tokenize_per_token_us" => &self.host.tokenize_per_token_us,
+            "kernels.moe_scale" => &self.kernels.moe_scale,
+            "kernels.moe_prefill_scale" => &self.kernels.moe_prefill_scale,
+            "kernels.attention_scale" => &self.kernels.attention_scale,
+            "kernels.all_reduce_scale" => &self.kernels.all_reduce_scale,
+            _ => return None,
+        })
+    }
+
+    pub fn param_mut(&mut self, key: &str) -> Option<&mut Param> {
+        Some(match key {
+            "launch.graph_replay_us" => &mut self.launch.graph_replay_us,
+            "launch.eager_op_us" => &mut self.launch.eager_op_us,
+            "host.decode_step_us" => &mut self.host.decode_step_us,
+            "host.decode_per_request_us" => &mut self.host.decode_per_request_us,
+            "host.prefill_per_request_us" => &mut self.host.prefill_per_request_us,
+            "host.spec_round_us" => &mut self.host.spec_round_us,
+            "host.spec_per_request_us" => &mut self.host.spec_per_request_us,
+            "host.v2_sync_us" => &mut self.host.v2_sync_us,
+            "host.frontend_per_chunk_us" => &mut self.host.frontend_per_chunk_us,
+            "host.admission_per_request_us" => &mut self.host.admission_per_request_us,
+            "host.tokenize_per_token_us" => &mut self.host.tokenize_per_token_us,
+            "kernels.moe_scale" => &mut self.kernels.moe_scale,
+            "kernels.moe_prefill_scale" => &mut self.kernels.moe_prefill_scale,
+            "kernels.attention_scale" => &mut self.kernels.attention_scale,
+            "kernels.all_reduce_scale" => &mut self.kernels.all_reduce_scale,
+            _ => return None,
+        })
+    }
+
+    /// How long after it is sent a request of `prompt_tokens` reaches the scheduler.
+    pub fn admission_delay_ns(&self, prompt_tokens: u32) -> u64 {
+        let us = self.host.admission_per_request_us.value
+            + prompt_tokens as f64 * self.host.tokenize_per_token_us.value;
+        (us * 1e3).round() as u64
+    }
+}
