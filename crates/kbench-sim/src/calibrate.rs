@@ -393,13 +393,13 @@ fn fit_profile(
     progress: &mut dyn FnMut(&str),
 ) -> Result<ProfileFit, SimError> {
     let name = &problem.base.name;
-    let sources: Vec<String> = {
-        let mut s: Vec<String> = problem.cases.iter().map(|c| c.source.clone()).collect();
-        s.dedup();
-        s.sort();
-        s.dedup();
-        s
-    };
+    let sources: Vec<String> = problem
+        .cases
+        .iter()
+        .map(|c| c.source.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     if n_points <= problem.free.len() {
         return Err(SimError::Calibration(format!(
             "`{name}`: {n_points} fit points cannot determine {} parameters",

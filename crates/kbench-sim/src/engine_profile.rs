@@ -13,7 +13,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::SimError;
-use crate::profile::{Param, Provenance};
+use crate::profile::{param_table, Param, Provenance};
 
 pub const MAX_FREE_PARAMS: usize = 4;
 
@@ -183,24 +183,25 @@ pub struct EngineProfile {
     pub origin: String,
 }
 
-/// Dotted names of every value of an engine profile, in file order.
-pub const ENGINE_PARAM_KEYS: &[&str] = &[
-    "launch.graph_replay_us",
-    "launch.eager_op_us",
-    "host.decode_step_us",
-    "host.decode_per_request_us",
-    "host.prefill_per_request_us",
-    "host.spec_round_us",
-    "host.spec_per_request_us",
-    "host.v2_sync_us",
-    "host.frontend_per_chunk_us",
-    "host.admission_per_request_us",
-    "host.tokenize_per_token_us",
-    "kernels.moe_scale",
-    "kernels.moe_prefill_scale",
-    "kernels.attention_scale",
-    "kernels.all_reduce_scale",
-];
+param_table!(
+    /// Dotted names of every value of an engine profile, in file order.
+    EngineProfile, ENGINE_PARAM_KEYS, {
+    "launch.graph_replay_us" => launch.graph_replay_us,
+    "launch.eager_op_us" => launch.eager_op_us,
+    "host.decode_step_us" => host.decode_step_us,
+    "host.decode_per_request_us" => host.decode_per_request_us,
+    "host.prefill_per_request_us" => host.prefill_per_request_us,
+    "host.spec_round_us" => host.spec_round_us,
+    "host.spec_per_request_us" => host.spec_per_request_us,
+    "host.v2_sync_us" => host.v2_sync_us,
+    "host.frontend_per_chunk_us" => host.frontend_per_chunk_us,
+    "host.admission_per_request_us" => host.admission_per_request_us,
+    "host.tokenize_per_token_us" => host.tokenize_per_token_us,
+    "kernels.moe_scale" => kernels.moe_scale,
+    "kernels.moe_prefill_scale" => kernels.moe_prefill_scale,
+    "kernels.attention_scale" => kernels.attention_scale,
+    "kernels.all_reduce_scale" => kernels.all_reduce_scale,
+});
 
 impl EngineProfile {
     pub fn from_toml_str(text: &str, origin: &str) -> Result<EngineProfile, SimError> {
@@ -312,48 +313,6 @@ impl EngineProfile {
             }
         }
         Ok(())
-    }
-
-    pub fn param(&self, key: &str) -> Option<&Param> {
-        Some(match key {
-            "launch.graph_replay_us" => &self.launch.graph_replay_us,
-            "launch.eager_op_us" => &self.launch.eager_op_us,
-            "host.decode_step_us" => &self.host.decode_step_us,
-            "host.decode_per_request_us" => &self.host.decode_per_request_us,
-            "host.prefill_per_request_us" => &self.host.prefill_per_request_us,
-            "host.spec_round_us" => &self.host.spec_round_us,
-            "host.spec_per_request_us" => &self.host.spec_per_request_us,
-            "host.v2_sync_us" => &self.host.v2_sync_us,
-            "host.frontend_per_chunk_us" => &self.host.frontend_per_chunk_us,
-            "host.admission_per_request_us" => &self.host.admission_per_request_us,
-            "host.tokenize_per_token_us" => &self.host.tokenize_per_token_us,
-            "kernels.moe_scale" => &self.kernels.moe_scale,
-            "kernels.moe_prefill_scale" => &self.kernels.moe_prefill_scale,
-            "kernels.attention_scale" => &self.kernels.attention_scale,
-            "kernels.all_reduce_scale" => &self.kernels.all_reduce_scale,
-            _ => return None,
-        })
-    }
-
-    pub fn param_mut(&mut self, key: &str) -> Option<&mut Param> {
-        Some(match key {
-            "launch.graph_replay_us" => &mut self.launch.graph_replay_us,
-            "launch.eager_op_us" => &mut self.launch.eager_op_us,
-            "host.decode_step_us" => &mut self.host.decode_step_us,
-            "host.decode_per_request_us" => &mut self.host.decode_per_request_us,
-            "host.prefill_per_request_us" => &mut self.host.prefill_per_request_us,
-            "host.spec_round_us" => &mut self.host.spec_round_us,
-            "host.spec_per_request_us" => &mut self.host.spec_per_request_us,
-            "host.v2_sync_us" => &mut self.host.v2_sync_us,
-            "host.frontend_per_chunk_us" => &mut self.host.frontend_per_chunk_us,
-            "host.admission_per_request_us" => &mut self.host.admission_per_request_us,
-            "host.tokenize_per_token_us" => &mut self.host.tokenize_per_token_us,
-            "kernels.moe_scale" => &mut self.kernels.moe_scale,
-            "kernels.moe_prefill_scale" => &mut self.kernels.moe_prefill_scale,
-            "kernels.attention_scale" => &mut self.kernels.attention_scale,
-            "kernels.all_reduce_scale" => &mut self.kernels.all_reduce_scale,
-            _ => return None,
-        })
     }
 
     /// How long after it is sent a request of `prompt_tokens` reaches the scheduler.

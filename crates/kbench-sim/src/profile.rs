@@ -45,6 +45,33 @@ impl Param {
     }
 }
 
+/// One list of a profile's dotted keys and the fields they name, from which the key list
+/// (`$keys`, in file order) and `param` / `param_mut` are derived, so a new value is added in
+/// one place.
+macro_rules! param_table {
+    ($(#[$doc:meta])* $ty:ty, $keys:ident, { $($key:literal => $first:ident $(. $rest:ident)*,)* }) => {
+        $(#[$doc])*
+        pub const $keys: &[&str] = &[$($key),*];
+
+        impl $ty {
+            pub fn param(&self, key: &str) -> Option<&Param> {
+                Some(match key {
+                    $($key => &self.$first$(.$rest)*,)*
+                    _ => return None,
+                })
+            }
+
+            pub fn param_mut(&mut self, key: &str) -> Option<&mut Param> {
+                Some(match key {
+                    $($key => &mut self.$first$(.$rest)*,)*
+                    _ => return None,
+                })
+            }
+        }
+    };
+}
+pub(crate) use param_table;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuSection {
@@ -140,20 +167,21 @@ pub struct CalibrationStamp {
     pub loo_rms_rel_error: f64,
 }
 
-/// Dotted names of every parameter, in file order (for calibration and reports).
-pub const PARAM_KEYS: &[&str] = &[
-    "gpu.memory_gib",
-    "gpu.mem_bandwidth_gbs",
-    "gpu.bf16_tflops",
-    "gpu.int4_tflops",
-    "gpu.min_kernel_us",
-    "interconnect.all_reduce_latency_us",
-    "interconnect.all_reduce_bus_gbs",
-    "efficiency.mem_bw",
-    "efficiency.flops",
-    "efficiency.in_model",
-    "efficiency.moe_expert_spread",
-];
+param_table!(
+    /// Dotted names of every parameter, in file order (for calibration and reports).
+    HardwareProfile, PARAM_KEYS, {
+    "gpu.memory_gib" => gpu.memory_gib,
+    "gpu.mem_bandwidth_gbs" => gpu.mem_bandwidth_gbs,
+    "gpu.bf16_tflops" => gpu.bf16_tflops,
+    "gpu.int4_tflops" => gpu.int4_tflops,
+    "gpu.min_kernel_us" => gpu.min_kernel_us,
+    "interconnect.all_reduce_latency_us" => interconnect.all_reduce_latency_us,
+    "interconnect.all_reduce_bus_gbs" => interconnect.all_reduce_bus_gbs,
+    "efficiency.mem_bw" => efficiency.mem_bw,
+    "efficiency.flops" => efficiency.flops,
+    "efficiency.in_model" => efficiency.in_model,
+    "efficiency.moe_expert_spread" => efficiency.moe_expert_spread,
+});
 
 /// Profiles written before engine profiles existed carried the engine's terms: say where
 /// they went rather than only that the keys are unknown.
@@ -258,39 +286,5 @@ impl HardwareProfile {
             }
         }
         Ok(())
-    }
-
-    pub fn param(&self, key: &str) -> Option<&Param> {
-        Some(match key {
-            "gpu.memory_gib" => &self.gpu.memory_gib,
-            "gpu.mem_bandwidth_gbs" => &self.gpu.mem_bandwidth_gbs,
-            "gpu.bf16_tflops" => &self.gpu.bf16_tflops,
-            "gpu.int4_tflops" => &self.gpu.int4_tflops,
-            "gpu.min_kernel_us" => &self.gpu.min_kernel_us,
-            "interconnect.all_reduce_latency_us" => &self.interconnect.all_reduce_latency_us,
-            "interconnect.all_reduce_bus_gbs" => &self.interconnect.all_reduce_bus_gbs,
-            "efficiency.mem_bw" => &self.efficiency.mem_bw,
-            "efficiency.flops" => &self.efficiency.flops,
-            "efficiency.in_model" => &self.efficiency.in_model,
-            "efficiency.moe_expert_spread" => &self.efficiency.moe_expert_spread,
-            _ => return None,
-        })
-    }
-
-    pub fn param_mut(&mut self, key: &str) -> Option<&mut Param> {
-        Some(match key {
-            "gpu.memory_gib" => &mut self.gpu.memory_gib,
-            "gpu.mem_bandwidth_gbs" => &mut self.gpu.mem_bandwidth_gbs,
-            "gpu.bf16_tflops" => &mut self.gpu.bf16_tflops,
-            "gpu.int4_tflops" => &mut self.gpu.int4_tflops,
-            "gpu.min_kernel_us" => &mut self.gpu.min_kernel_us,
-            "interconnect.all_reduce_latency_us" => &mut self.interconnect.all_reduce_latency_us,
-            "interconnect.all_reduce_bus_gbs" => &mut self.interconnect.all_reduce_bus_gbs,
-            "efficiency.mem_bw" => &mut self.efficiency.mem_bw,
-            "efficiency.flops" => &mut self.efficiency.flops,
-            "efficiency.in_model" => &mut self.efficiency.in_model,
-            "efficiency.moe_expert_spread" => &mut self.efficiency.moe_expert_spread,
-            _ => return None,
-        })
     }
 }
