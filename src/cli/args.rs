@@ -48,9 +48,70 @@ pub enum Command {
     /// Run the fidelity corpus (public measurements, each in experiment-file terms) on the
     /// simulator: every point measured beside predicted, and the errors per role and metric.
     Fidelity(FidelityArgs),
+    /// Search a space of configurations (an experiment file's [search]) on the simulator for
+    /// the best under latency SLOs: ranked, with the throughput/per-request-speed frontier and
+    /// why the winner beats the runner-up.
+    Search(SearchArgs),
     /// Serve SGLang's and OpenAI's HTTP APIs: the engine (--model), or an experiment's
     /// modelled deployment played out in wall time (--sim). Flags keep SGLang's names.
     Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// An experiment file with a [search] table (or any file, with --space).
+    pub file: PathBuf,
+    /// An axis: KEY=VALUES with VALUES a list ([1, 2, 4]), a range (1..5, or
+    /// {min = 16, max = 256, factor = 2}), auto (speculative.num_draft_tokens), or one value.
+    /// Adds to the file's [search.space] or replaces its axis for KEY (repeatable).
+    #[arg(long, value_name = "KEY=VALUES")]
+    pub space: Vec<String>,
+    /// The report metric to maximise (throughputs, accept length) or minimise (`*_ms`).
+    #[arg(long, value_name = "METRIC")]
+    pub objective: Option<String>,
+    /// Where the objective is read: saturation (the best level meeting the SLOs), a
+    /// concurrency, or rate=R.
+    #[arg(long, value_name = "WHERE")]
+    pub at: Option<String>,
+    /// A service-level objective on a report metric at the objective's level, e.g.
+    /// "p99_tpot_ms <= 50" (repeatable; added to the file's).
+    #[arg(long, value_name = "METRIC<=VALUE")]
+    pub slo: Vec<String>,
+    /// Print the whole Pareto frontier (output throughput against per-request speed), not
+    /// only its summary.
+    #[arg(long)]
+    pub pareto: bool,
+    /// Rows of the ranked table.
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// Run spaces larger than the default limit of 5000 candidates.
+    #[arg(long, value_name = "N")]
+    pub max_candidates: Option<usize>,
+    /// Also run configurations SGLang refuses that the simulator can model (v2 with
+    /// trees), marked as unsupported.
+    #[arg(long)]
+    pub allow_unsupported: bool,
+    /// Worker threads (default: one per core); the result is the same for any number.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
+    /// Override a field of the base experiment (repeatable), as `kbench experiment --set`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Write every candidate, the ranking, the frontier and the decomposition as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write one CSV row per candidate.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Draw the frontier with the chosen configuration marked (SVG).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Write the winner as an experiment file (`kbench sglang-args` gives its launch line).
+    #[arg(long, value_name = "FILE")]
+    pub emit: Option<PathBuf>,
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Args)]

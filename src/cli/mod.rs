@@ -14,6 +14,7 @@ mod interrupt;
 mod output;
 mod progress;
 pub mod render;
+pub mod search;
 mod serve;
 mod trace_cmd;
 
@@ -59,5 +60,6 @@ fn dispatch(cli: Cli) -> CliResult<()> {
         Command::SglangArgs(a) => experiment::sglang_args(a),
         Command::Compare(a) => compare::run(a),
         Command::Fidelity(a) => fidelity::run(a),
+        Command::Search(a) => search::run(a),
     }
 }

@@ -177,3 +177,37 @@ fn shapes_beyond_the_recording_are_clamped_not_panicking() {
         assert_eq!(wide, fitted);
     }
 }
+
+/// The commits a `for_spec` acceptance remembers are the ones replay gives, for the shape
+/// it was built for and for any other shape asked of it, with either stand-in, through
+/// clones that share what was remembered.
+#[test]
+fn remembered_commits_are_replayed_commits() {
+    let t = Arc::new(random_trace(11, 4, 4, 3, 9, ProbEncoding::Log8, 0.6));
+    let spec = SpecConfig::eagle(3, 4, 8);
+    let other = SpecConfig::eagle(2, 2, 4);
+    for off_path in [OffPath::Proxy, OffPath::Pessimistic, OffPath::Optimistic] {
+        let a = TraceAcceptance::for_spec(t.clone(), 5, &spec)
+            .unwrap()
+            .with_off_path(off_path);
+        let clone = a.clone();
+        for round in 0..2 {
+            for id in 0..12 {
+                let s = a.sequence_for(id);
+                for pos in 0..20u32 {
+                    let m = if round == 0 { &a } else { &clone };
+                    for (spec, shape) in [
+                        (&spec, TreeShape::new(3, 4, 8).unwrap()),
+                        (&other, TreeShape::new(2, 2, 4).unwrap()),
+                    ] {
+                        assert_eq!(
+                            m.round_commit(id, pos, spec),
+                            replay_commit(&t, s, pos as usize, &shape, off_path),
+                            "{off_path:?} request {id} position {pos}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

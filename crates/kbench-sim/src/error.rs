@@ -42,6 +42,10 @@ pub enum SimError {
     },
     #[error("cost model: {0}")]
     Model(String),
+    /// The weights, or one request's KV cache, do not fit the GPUs at this tp_size and
+    /// memory fraction.
+    #[error("cost model: {0}")]
+    DoesNotFit(String),
     #[error("GPU stack profile {path}: {message}")]
     StackProfile { path: PathBuf, message: String },
     #[error("measurement file {path}: {message}")]

@@ -142,7 +142,7 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
         .map(|d| draft_bytes_per_token(d, exp.tp_size, dtype))
         .unwrap_or(0);
     if pool_bytes <= 0.0 {
-        return Err(SimError::Model(format!(
+        return Err(SimError::DoesNotFit(format!(
             "{}: no memory is left for the KV cache: mem_fraction_static {mf} ({origin}) of {:.1} GiB is {:.1} GiB, and the weights take {:.1} GiB per GPU at tp_size {}; raise mem_fraction_static or tp_size",
             exp.path.display(),
             profile.gpu.memory_gib.value,
@@ -210,7 +210,7 @@ impl KvPool {
                 self.target_bytes_per_token
             )
         };
-        Err(SimError::Model(format!(
+        Err(SimError::DoesNotFit(format!(
             "{}: one request does not fit the KV cache: the longest needs {need} tokens ({longest} of prompt + max_tokens {} + {} for a decode step), the pool holds {} ({sized}); use kv_cache_dtype = \"fp8_e4m3\", a larger mem_fraction_static or tp_size, or a shorter context",
             exp.path.display(),
             exp.max_tokens,

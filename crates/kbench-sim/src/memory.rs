@@ -125,7 +125,7 @@ pub fn check_weights_fit(
                 profile.gpu.count
             ),
         };
-        return Err(SimError::Model(format!(
+        return Err(SimError::DoesNotFit(format!(
             "{} does not fit: its weights take {:.1} GB, {:.1} GB per GPU at tp_size {tp}, more than {:.0}% of one {}'s {:.1} GiB ({:.1} GB); {hint}",
             model.name,
             f.total_bytes / 1e9,

@@ -97,7 +97,9 @@ impl SimBackend {
         }
         crate::memory::check_weights_fit(&profile, &exp.model, exp.draft.as_ref(), exp.tp_size)
             .map_err(|e| match e {
-                SimError::Model(m) => SimError::Model(format!("{}: {m}", exp.path.display())),
+                SimError::DoesNotFit(m) => {
+                    SimError::DoesNotFit(format!("{}: {m}", exp.path.display()))
+                }
                 e => e,
             })?;
         let in_file = |e: SimError| match e {

@@ -4,4 +4,5 @@ pub mod compare;
 pub mod csv;
 pub mod fidelity;
 pub mod plot;
+pub mod search;
 pub mod table;

@@ -34,7 +34,24 @@ pub struct ExperimentFile {
     /// A declared sweep: each variant is this experiment with some keys overridden.
     #[serde(default)]
     pub sweep: Option<SweepSection>,
+    /// `kbench search`'s space, objective and SLOs. kbench-core knows the seam only: the
+    /// table is parsed, strictly, by kbench-search; every other command ignores it.
+    #[serde(default)]
+    pub search: Option<toml::Table>,
 }
+
+/// Keys whose values are paths relative to the experiment file: what must be rewritten
+/// when a file is written somewhere else (`kbench search --emit`).
+pub const RELATIVE_PATH_KEYS: &[&str] = &[
+    "model.config",
+    "draft.config",
+    "hardware.profile",
+    "engine.profile",
+    "workload.trace",
+    "workload.lengths",
+    "backend.engine.model_dir",
+    "backend.engine.draft_dir",
+];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

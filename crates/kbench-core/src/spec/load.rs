@@ -81,13 +81,7 @@ fn variant_files_str(
     let _: ExperimentFile = toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
     let mut table: toml::Table =
         toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
-    let set_by_overrides = override_keys(overrides);
-    if turns_speculation_off(&set_by_overrides) {
-        clear_speculative_keys(&mut table, &set_by_overrides);
-    }
-    for assignment in overrides {
-        apply_override(&mut table, assignment)?;
-    }
+    apply_overrides(&mut table, overrides)?;
     let base = parse_table(&table, path).map_err(|e| name_override_section(e, overrides))?;
     let Some(sweep) = base.sweep.clone() else {
         return Ok(vec![(None, base)]);
@@ -122,6 +116,19 @@ fn variant_files_str(
         out.push((Some(variant.name.clone()), file));
     }
     Ok(out)
+}
+
+/// Applies `--set` overrides to a file's table as loading does: one that sets
+/// `speculative.algorithm = "none"` first clears the speculative keys the others do not set.
+pub fn apply_overrides(table: &mut toml::Table, overrides: &[String]) -> Result<(), SpecError> {
+    let set_by_overrides = override_keys(overrides);
+    if turns_speculation_off(&set_by_overrides) {
+        clear_speculative_keys(table, &set_by_overrides);
+    }
+    for assignment in overrides {
+        apply_override(table, assignment)?;
+    }
+    Ok(())
 }
 
 /// The keys `--set` assigns, with their values where they parse (what the speculation

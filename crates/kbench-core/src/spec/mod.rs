@@ -9,7 +9,9 @@ mod workload;
 
 pub use error::{SourceSpan, SpecError};
 pub use file::*;
-pub use load::{apply_override, load_experiment, load_experiment_str, variant_files, Variant};
+pub use load::{
+    apply_override, apply_overrides, load_experiment, load_experiment_str, variant_files, Variant,
+};
 pub use resolve::{
     Experiment, HardwareRef, DEFAULT_CUDA_GRAPH_MAX_BS, DEFAULT_MAX_RUNNING_REQUESTS,
     SPEC_DEFAULT_MAX_RUNNING_REQUESTS,

@@ -187,6 +187,61 @@ pub struct TraceAcceptance {
     trace: Arc<Trace>,
     seed: u64,
     off_path: OffPath,
+    /// Commits already replayed for the shape `for_spec` was given. Every request starts
+    /// at position 0 of its sequence, so requests on one sequence walk the same positions:
+    /// a tree is rebuilt once per (sequence, position), not once per request and round.
+    /// Clones share it (a search's candidates that differ only in scheduling do).
+    memo: Option<Arc<CommitMemo>>,
+}
+
+/// One byte per recorded (sequence, position): 0 until replayed, then the commit count
+/// (at most MAX_DEPTH + 1, so it fits). Replay is a pure function of its key, so threads
+/// racing on a cell write the same value and relaxed ordering is enough.
+#[derive(Debug)]
+struct CommitMemo {
+    shape: TreeShape,
+    first_cell: Vec<usize>,
+    cells: Vec<std::sync::atomic::AtomicU8>,
+}
+
+impl CommitMemo {
+    fn new(trace: &Trace, shape: TreeShape) -> CommitMemo {
+        let mut first_cell = Vec::with_capacity(trace.sequences.len());
+        let mut total = 0;
+        for s in 0..trace.sequences.len() {
+            first_cell.push(total);
+            total += trace.positions(s);
+        }
+        CommitMemo {
+            shape,
+            first_cell,
+            cells: (0..total)
+                .map(|_| std::sync::atomic::AtomicU8::new(0))
+                .collect(),
+        }
+    }
+
+    fn commit(&self, trace: &Trace, sequence: usize, position: usize, off_path: OffPath) -> u32 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let pos = position % trace.positions(sequence);
+        let cell = &self.cells[self.first_cell[sequence] + pos];
+        match cell.load(Relaxed) {
+            0 => {
+                let n = replay_commit(trace, sequence, pos, &self.shape, off_path);
+                cell.store(n as u8, Relaxed);
+                n
+            }
+            n => u32::from(n),
+        }
+    }
+}
+
+fn shape_of(spec: &SpecConfig) -> TreeShape {
+    TreeShape {
+        num_steps: spec.num_steps,
+        topk: spec.eagle_topk,
+        num_draft_tokens: spec.num_draft_tokens,
+    }
 }
 
 /// A trace recorded from a live server replays only what the server showed.
@@ -248,6 +303,7 @@ impl TraceAcceptance {
             trace,
             seed,
             off_path: OffPath::Proxy,
+            memo: None,
         })
     }
 
@@ -257,13 +313,20 @@ impl TraceAcceptance {
         seed: u64,
         spec: &SpecConfig,
     ) -> Result<TraceAcceptance, TraceError> {
-        let t = TraceAcceptance::new(trace, seed)?;
+        let mut t = TraceAcceptance::new(trace, seed)?;
         t.check(spec)?;
+        if spec.is_speculative() {
+            t.memo = Some(Arc::new(CommitMemo::new(&t.trace, shape_of(spec))));
+        }
         Ok(t)
     }
 
     pub fn with_off_path(mut self, off_path: OffPath) -> TraceAcceptance {
         self.off_path = off_path;
+        // the commits remembered so far were replayed with the old stand-in
+        self.memo = self
+            .memo
+            .map(|m| Arc::new(CommitMemo::new(&self.trace, m.shape)));
         self
     }
 
@@ -317,18 +380,20 @@ impl AcceptanceModel for TraceAcceptance {
             return 1;
         }
         // replay_commit clamps what `check` would have refused.
-        let shape = TreeShape {
-            num_steps: spec.num_steps,
-            topk: spec.eagle_topk,
-            num_draft_tokens: spec.num_draft_tokens,
-        };
-        replay_commit(
-            &self.trace,
-            self.sequence_for(request_id),
-            position as usize,
-            &shape,
-            self.off_path,
-        )
+        let shape = shape_of(spec);
+        let sequence = self.sequence_for(request_id);
+        match &self.memo {
+            Some(memo) if memo.shape == shape => {
+                memo.commit(&self.trace, sequence, position as usize, self.off_path)
+            }
+            _ => replay_commit(
+                &self.trace,
+                sequence,
+                position as usize,
+                &shape,
+                self.off_path,
+            ),
+        }
     }
 
     fn describe(&self) -> String {
