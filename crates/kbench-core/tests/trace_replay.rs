@@ -186,6 +186,8 @@ fn remembered_commits_are_replayed_commits() {
     let t = Arc::new(random_trace(11, 4, 4, 3, 9, ProbEncoding::Log8, 0.6));
     let spec = SpecConfig::eagle(3, 4, 8);
     let other = SpecConfig::eagle(2, 2, 4);
+    // the same tree cut at fewer draft tokens: answered from the same remembered ranks
+    let fewer = SpecConfig::eagle(3, 4, 5);
     for off_path in [OffPath::Proxy, OffPath::Pessimistic, OffPath::Optimistic] {
         let a = TraceAcceptance::for_spec(t.clone(), 5, &spec)
             .unwrap()
@@ -199,6 +201,7 @@ fn remembered_commits_are_replayed_commits() {
                     for (spec, shape) in [
                         (&spec, TreeShape::new(3, 4, 8).unwrap()),
                         (&other, TreeShape::new(2, 2, 4).unwrap()),
+                        (&fewer, TreeShape::new(3, 4, 5).unwrap()),
                     ] {
                         assert_eq!(
                             m.round_commit(id, pos, spec),

@@ -59,7 +59,9 @@ pub const RULE_TRACE: &str =
 #[derive(Default)]
 struct Shared {
     traces: Mutex<BTreeMap<PathBuf, Arc<Trace>>>,
-    acceptance: Mutex<BTreeMap<(PathBuf, u64, u32, u32, u32), TraceAcceptance>>,
+    /// By (trace, seed, steps, topk): one acceptance answers every num_draft_tokens of a
+    /// shape from the same remembered replays.
+    acceptance: Mutex<BTreeMap<(PathBuf, u64, u32, u32), TraceAcceptance>>,
 }
 
 impl Shared {
@@ -71,28 +73,22 @@ impl Shared {
             experiment: exp.path.clone(),
         })?;
         let s = &exp.spec;
-        let key = (
-            path.clone(),
-            exp.file.seed,
-            s.num_steps,
-            s.eagle_topk,
-            s.num_draft_tokens,
-        );
-        if let Some(a) = self
+        let key = (path.clone(), exp.file.seed, s.num_steps, s.eagle_topk);
+        let replay_error = |source| SimError::TraceReplay {
+            path: path.clone(),
+            source,
+        };
+        let cached = self
             .acceptance
             .lock()
             .ok()
-            .and_then(|m| m.get(&key).cloned())
-        {
+            .and_then(|m| m.get(&key).cloned());
+        if let Some(a) = cached {
+            a.check(s).map_err(replay_error)?;
             return Ok(Some(Arc::new(a)));
         }
         let t = self.trace(&path)?;
-        let a = TraceAcceptance::for_spec(t, exp.file.seed, s).map_err(|source| {
-            SimError::TraceReplay {
-                path: path.clone(),
-                source,
-            }
-        })?;
+        let a = TraceAcceptance::for_spec(t, exp.file.seed, s).map_err(replay_error)?;
         if let Ok(mut m) = self.acceptance.lock() {
             m.entry(key).or_insert_with(|| a.clone());
         }

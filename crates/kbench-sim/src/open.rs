@@ -12,7 +12,18 @@ use crate::error::SimError;
 use crate::sim::SimBackend;
 
 pub fn open(exp: &Experiment) -> Result<Box<dyn Backend>, SimError> {
-    Ok(Box::new(SimBackend::new(exp, acceptance_for(exp)?)?))
+    // The trace and the op tables are the two inputs worth milliseconds: read them on two
+    // cores. Profiles and tables are checked first, so a bad profile is reported as such.
+    std::thread::scope(|s| {
+        let acceptance = s.spawn(|| acceptance_for(exp));
+        let tables = crate::presets::resolve_profile(&exp.hardware)
+            .and_then(|p| crate::presets::load_tables(&p));
+        let acceptance = acceptance
+            .join()
+            .unwrap_or_else(|_| Err(SimError::Model("reading the trace panicked".into())));
+        tables?;
+        Ok(Box::new(SimBackend::new(exp, acceptance?)?) as Box<dyn Backend>)
+    })
 }
 
 /// What a speculative simulation replays: the workload's trace, checked against the

@@ -150,7 +150,7 @@ impl OpTables {
         }
     }
 
-    fn from_rows(origin: String, mut rows: Vec<(String, [f64; 3], f64)>) -> OpTables {
+    fn from_rows(origin: String, mut rows: Vec<Row>) -> OpTables {
         rows.sort_by(|a, b| {
             a.0.cmp(&b.0)
                 .then(a.1[0].total_cmp(&b.1[0]))
@@ -175,7 +175,7 @@ impl OpTables {
                 // along the message axis.
                 suffix_min(&mut node, 1);
             }
-            ops.insert(rows[i].0.clone(), node);
+            ops.insert(rows[i].0.to_string(), node);
             i = j;
         }
         OpTables {
@@ -226,11 +226,11 @@ impl OpTables {
     }
 }
 
-fn parse_csv(
-    text: &str,
-    origin: &str,
-    out: &mut Vec<(String, [f64; 3], f64)>,
-) -> Result<(), SimError> {
+/// One measured point: the operator (shared by its rows, so a table of thousands of rows
+/// allocates each name once), its axes, its latency in milliseconds.
+type Row = (Arc<str>, [f64; 3], f64);
+
+fn parse_csv(text: &str, origin: &str, out: &mut Vec<Row>) -> Result<(), SimError> {
     let mut lines = text.lines().enumerate();
     let header = lines.next().map(|(_, l)| l.trim()).unwrap_or("");
     if header != "op,x1,x2,x3,latency_ms" {
@@ -250,9 +250,16 @@ fn parse_csv(
             line: i + 1,
             message,
         };
-        let f: Vec<&str> = line.split(',').collect();
-        if f.len() != 5 {
-            return Err(bad(format!("expected 5 fields, found {}", f.len())));
+        let mut fields = line.split(',');
+        let mut f = [""; 5];
+        let mut n = 0;
+        for field in fields.by_ref().take(5) {
+            f[n] = field;
+            n += 1;
+        }
+        let n = n + fields.count();
+        if n != 5 {
+            return Err(bad(format!("expected 5 fields, found {n}")));
         }
         let num = |s: &str, what: &str| -> Result<f64, SimError> {
             s.trim()
@@ -261,8 +268,13 @@ fn parse_csv(
                 .filter(|v| v.is_finite() && *v > 0.0)
                 .ok_or_else(|| bad(format!("{what} `{s}` is not a positive number")))
         };
+        let op = f[0].trim();
+        let name = match out.last() {
+            Some((last, _, _)) if &**last == op => Arc::clone(last),
+            _ => Arc::from(op),
+        };
         out.push((
-            f[0].trim().to_string(),
+            name,
             [num(f[1], "x1")?, num(f[2], "x2")?, num(f[3], "x3")?],
             num(f[4], "latency_ms")?,
         ));

@@ -64,10 +64,72 @@ pub fn replay_commit(
             .count();
         return 1 + lead as u32;
     }
-    match build_replay_tree(trace, sequence, pos, shape, off_path) {
-        Some(tree) => 1 + target_path_depth(trace, sequence, pos, &tree),
+    match path_ranks(trace, sequence, pos, shape.num_steps, shape.topk, off_path) {
+        Some(ranks) => commit_from_ranks(&ranks, shape.num_draft_tokens),
         None => 1,
     }
+}
+
+/// Where the target's own path falls in SGLang's selection order (score descending, ties
+/// to the earlier candidate) of a (steps, topk) tree's candidates: `ranks[d]` for the
+/// on-path candidate at depth d + 1, [`OFF_TREE`] from where the path leaves the
+/// candidates. The candidates do not depend on num_draft_tokens, which only cuts the
+/// order: every draft-token count of one shape is answered by one set of ranks.
+fn path_ranks(
+    trace: &Trace,
+    sequence: usize,
+    pos: usize,
+    steps: u32,
+    topk: u32,
+    off_path: OffPath,
+) -> Option<Vec<u16>> {
+    let shape = TreeShape::new(steps, topk, 2).ok()?;
+    let b = replay_candidates(trace, sequence, pos, &shape, off_path)?;
+    let cands = b.candidates();
+    let mut ranks = vec![OFF_TREE; steps as usize];
+    let mut parent_on_path: Option<usize> = None;
+    for (depth, rank) in ranks.iter_mut().enumerate() {
+        let target = u32::from(trace.rank(sequence, pos, depth));
+        // parents precede their children, so the on-path candidate at this depth comes
+        // after the one above it
+        let from = parent_on_path.map_or(0, |p| p + 1);
+        let Some(c) = (from..cands.len()).find(|&i| {
+            cands[i].depth as usize == depth + 1
+                && cands[i].parent == parent_on_path
+                && cands[i].token == target
+        }) else {
+            break;
+        };
+        let score = cands[c].score;
+        // its place in the order: every candidate that sorts before it
+        let before = cands
+            .iter()
+            .enumerate()
+            .filter(|(j, o)| match o.score.total_cmp(&score) {
+                std::cmp::Ordering::Greater => true,
+                std::cmp::Ordering::Equal => *j < c,
+                std::cmp::Ordering::Less => false,
+            })
+            .count();
+        *rank = u16::try_from(before).unwrap_or(OFF_TREE);
+        parent_on_path = Some(c);
+    }
+    Some(ranks)
+}
+
+/// A path rank past every selection.
+const OFF_TREE: u16 = u16::MAX;
+
+/// Tokens a round commits when it verifies the first `num_draft_tokens - 1` candidates:
+/// the bonus token plus the on-path candidates selected, which are a prefix of the path
+/// (a parent never sorts after its child: its score is at least the child's, and ties go
+/// to the earlier index).
+fn commit_from_ranks(ranks: &[u16], num_draft_tokens: u32) -> u32 {
+    let selected = num_draft_tokens.saturating_sub(1);
+    1 + ranks
+        .iter()
+        .take_while(|&&r| u32::from(r) < selected)
+        .count() as u32
 }
 
 /// Reference for tests: the same round through the generic tree builder and greedy
@@ -120,6 +182,19 @@ fn build_replay_tree(
     shape: &TreeShape,
     off_path: OffPath,
 ) -> Option<DraftTree> {
+    replay_candidates(trace, sequence, pos, shape, off_path)?
+        .finish()
+        .ok()
+}
+
+/// Every step of SGLang's tree drafting at a recorded position, up to the selection.
+fn replay_candidates(
+    trace: &Trace,
+    sequence: usize,
+    pos: usize,
+    shape: &TreeShape,
+    off_path: OffPath,
+) -> Option<TreeBuilder> {
     let k = shape.topk as usize;
     let enc = trace.header.prob_encoding;
     let recorded = |depth: usize| -> Vec<(u32, f32)> {
@@ -161,24 +236,7 @@ fn build_replay_tree(
             .collect();
         b.expand(&lists).ok()?;
     }
-    b.finish().ok()
-}
-
-/// How deep the target's own path runs in the tree.
-fn target_path_depth(trace: &Trace, sequence: usize, pos: usize, tree: &DraftTree) -> u32 {
-    let mut cur = 0;
-    let mut depth = 0;
-    // Children are listed after their parent, so one forward scan finds each level.
-    for (i, n) in tree.nodes.iter().enumerate().skip(1) {
-        if n.parent == Some(cur) && depth < trace.depth() as usize {
-            let r = u32::from(trace.rank(sequence, pos, depth));
-            if n.token == r {
-                cur = i;
-                depth += 1;
-            }
-        }
-    }
-    depth as u32
+    Some(b)
 }
 
 /// A trace as the simulator's acceptance source.
@@ -187,52 +245,79 @@ pub struct TraceAcceptance {
     trace: Arc<Trace>,
     seed: u64,
     off_path: OffPath,
-    /// Commits already replayed for the shape `for_spec` was given. Every request starts
-    /// at position 0 of its sequence, so requests on one sequence walk the same positions:
-    /// a tree is rebuilt once per (sequence, position), not once per request and round.
-    /// Clones share it (a search's candidates that differ only in scheduling do).
-    memo: Option<Arc<CommitMemo>>,
+    /// Path ranks already replayed for the (steps, topk) `for_spec` was given. Every
+    /// request starts at position 0 of its sequence, so requests on one sequence walk the
+    /// same positions: a tree is rebuilt once per (sequence, position), not once per
+    /// request and round, and once for every num_draft_tokens of its shape. Clones share
+    /// it (a search's candidates that differ in draft tokens or scheduling do).
+    memo: Option<Arc<PathRankMemo>>,
 }
 
-/// One byte per recorded (sequence, position): 0 until replayed, then the commit count
-/// (at most MAX_DEPTH + 1, so it fits). Replay is a pure function of its key, so threads
-/// racing on a cell write the same value and relaxed ordering is enough.
+/// Per recorded (sequence, position): whether its ranks are in, and the ranks. Replay is a
+/// pure function of its key, so threads racing on a cell write the same values; the flag
+/// is published with release and read with acquire so a reader that sees it set sees the
+/// ranks.
 #[derive(Debug)]
-struct CommitMemo {
-    shape: TreeShape,
+struct PathRankMemo {
+    steps: u32,
+    topk: u32,
     first_cell: Vec<usize>,
-    cells: Vec<std::sync::atomic::AtomicU8>,
+    known: Vec<std::sync::atomic::AtomicBool>,
+    ranks: Vec<std::sync::atomic::AtomicU16>,
 }
 
-impl CommitMemo {
-    fn new(trace: &Trace, shape: TreeShape) -> CommitMemo {
+impl PathRankMemo {
+    fn new(trace: &Trace, steps: u32, topk: u32) -> PathRankMemo {
         let mut first_cell = Vec::with_capacity(trace.sequences.len());
         let mut total = 0;
         for s in 0..trace.sequences.len() {
             first_cell.push(total);
             total += trace.positions(s);
         }
-        CommitMemo {
-            shape,
+        PathRankMemo {
+            steps,
+            topk,
             first_cell,
-            cells: (0..total)
-                .map(|_| std::sync::atomic::AtomicU8::new(0))
+            known: (0..total)
+                .map(|_| std::sync::atomic::AtomicBool::new(false))
+                .collect(),
+            ranks: (0..total * steps as usize)
+                .map(|_| std::sync::atomic::AtomicU16::new(OFF_TREE))
                 .collect(),
         }
     }
 
-    fn commit(&self, trace: &Trace, sequence: usize, position: usize, off_path: OffPath) -> u32 {
-        use std::sync::atomic::Ordering::Relaxed;
+    /// The fitted shape's commit, `None` where replay cannot build the tree.
+    fn commit(
+        &self,
+        trace: &Trace,
+        sequence: usize,
+        position: usize,
+        num_draft_tokens: u32,
+        off_path: OffPath,
+    ) -> u32 {
+        use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
         let pos = position % trace.positions(sequence);
-        let cell = &self.cells[self.first_cell[sequence] + pos];
-        match cell.load(Relaxed) {
-            0 => {
-                let n = replay_commit(trace, sequence, pos, &self.shape, off_path);
-                cell.store(n as u8, Relaxed);
-                n
+        let cell = self.first_cell[sequence] + pos;
+        let steps = self.steps as usize;
+        let slots = &self.ranks[cell * steps..(cell + 1) * steps];
+        if !self.known[cell].load(Acquire) {
+            match path_ranks(trace, sequence, pos, self.steps, self.topk, off_path) {
+                Some(ranks) => {
+                    for (slot, r) in slots.iter().zip(ranks) {
+                        slot.store(r, Relaxed);
+                    }
+                }
+                // no tree: the round commits its bonus token only, as with no ranks
+                None => slots.iter().for_each(|slot| slot.store(OFF_TREE, Relaxed)),
             }
-            n => u32::from(n),
+            self.known[cell].store(true, Release);
         }
+        let selected = num_draft_tokens.saturating_sub(1);
+        1 + slots
+            .iter()
+            .take_while(|r| u32::from(r.load(Relaxed)) < selected)
+            .count() as u32
     }
 }
 
@@ -315,18 +400,22 @@ impl TraceAcceptance {
     ) -> Result<TraceAcceptance, TraceError> {
         let mut t = TraceAcceptance::new(trace, seed)?;
         t.check(spec)?;
-        if spec.is_speculative() {
-            t.memo = Some(Arc::new(CommitMemo::new(&t.trace, shape_of(spec))));
+        if let Some(shape) = fit(&t.trace, &shape_of(spec)).filter(|s| s.topk > 1) {
+            t.memo = Some(Arc::new(PathRankMemo::new(
+                &t.trace,
+                shape.num_steps,
+                shape.topk,
+            )));
         }
         Ok(t)
     }
 
     pub fn with_off_path(mut self, off_path: OffPath) -> TraceAcceptance {
         self.off_path = off_path;
-        // the commits remembered so far were replayed with the old stand-in
+        // the ranks remembered so far were replayed with the old stand-in
         self.memo = self
             .memo
-            .map(|m| Arc::new(CommitMemo::new(&self.trace, m.shape)));
+            .map(|m| Arc::new(PathRankMemo::new(&self.trace, m.steps, m.topk)));
         self
     }
 
@@ -382,10 +471,16 @@ impl AcceptanceModel for TraceAcceptance {
         // replay_commit clamps what `check` would have refused.
         let shape = shape_of(spec);
         let sequence = self.sequence_for(request_id);
-        match &self.memo {
-            Some(memo) if memo.shape == shape => {
-                memo.commit(&self.trace, sequence, position as usize, self.off_path)
-            }
+        let fitted = fit(&self.trace, &shape);
+        match (&self.memo, fitted) {
+            (Some(memo), Some(f)) if (memo.steps, memo.topk) == (f.num_steps, f.topk) => memo
+                .commit(
+                    &self.trace,
+                    sequence,
+                    position as usize,
+                    f.num_draft_tokens,
+                    self.off_path,
+                ),
             _ => replay_commit(
                 &self.trace,
                 sequence,
