@@ -97,11 +97,7 @@ fn chunks_follow_the_simulated_timeline() {
         // released at virtual time / speed
         let scheduled = Duration::from_secs_f64((v - v0) as f64 / 1e9 / speed);
         let actual = times[i].duration_since(times[0]);
-        let off = if actual > scheduled {
-            actual - scheduled
-        } else {
-            scheduled - actual
-        };
+        let off = actual.abs_diff(scheduled);
         worst = worst.max(off);
     }
     eprintln!(

@@ -326,6 +326,9 @@ pub fn validate(args: ValidateArgs) -> CliResult<()> {
         for note in &e.notes {
             writeln!(out, "  note: {note}").ok();
         }
+        for w in &e.warnings {
+            writeln!(out, "  warning: {w}").ok();
+        }
         for u in &s.unsupported {
             writeln!(out, "  unsupported by SGLang: {u}").ok();
         }

@@ -58,6 +58,7 @@ impl ServerProc {
                 }
                 Err(_) => {
                     let _ = child.kill();
+                    let _ = child.wait();
                     panic!("kbench serve did not start: {}", seen.join("\n"));
                 }
             }

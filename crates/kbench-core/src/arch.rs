@@ -221,7 +221,7 @@ impl ModelArch {
     /// Reads a HF `config.json`: llama-family, deepseek_v3, kimi_k2, or the kimi_k25 wrapper
     /// whose text backbone sits in `text_config`.
     pub fn from_config_file(path: &Path) -> Result<ModelArch, ArchError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ArchError::Read {
+        let text = crate::input::read_text(path).map_err(|source| ArchError::Read {
             path: path.to_path_buf(),
             source,
         })?;
@@ -442,7 +442,7 @@ impl DraftArch {
 
     /// Reads an EAGLE-3 draft `config.json` (LlamaForCausalLMEagle3 style).
     pub fn from_config_file(path: &Path, target: &ModelArch) -> Result<DraftArch, ArchError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ArchError::Read {
+        let text = crate::input::read_text(path).map_err(|source| ArchError::Read {
             path: path.to_path_buf(),
             source,
         })?;

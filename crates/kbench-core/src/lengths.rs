@@ -138,7 +138,7 @@ pub enum LengthFileError {
 
 impl EmpiricalLengths {
     pub fn load(path: &Path) -> Result<EmpiricalLengths, LengthFileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| LengthFileError::Read {
+        let text = crate::input::read_text(path).map_err(|source| LengthFileError::Read {
             path: path.into(),
             source,
         })?;

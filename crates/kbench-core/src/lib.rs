@@ -7,6 +7,7 @@ pub mod atomic;
 pub mod backend;
 pub mod compare;
 pub mod harness;
+pub mod input;
 pub mod interrupt;
 pub mod lengths;
 pub mod metrics;

@@ -125,9 +125,12 @@ pub struct ReferenceResult {
     pub concurrency: Option<u32>,
     pub reference: f64,
     pub approximate: bool,
-    /// None when the run has no such level.
+    /// None when the run has no such level, or the point cannot be compared with it.
     pub predicted: Option<f64>,
     pub error_pct: Option<f64>,
+    /// Why a point has no prediction beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_compared: Option<String>,
 }
 
 /// Rounds for presentation; the rounding is part of the stable format.
@@ -279,6 +282,7 @@ pub fn build_report(
             .collect(),
     });
     let mut warnings = warnings;
+    warnings.extend(exp.warnings.iter().cloned());
     warnings.extend(
         exp.spec
             .unsupported
@@ -300,7 +304,15 @@ pub fn build_report(
 }
 
 fn compare_point(p: &ReferencePoint, levels: &[LevelMetrics], saturation: f64) -> ReferenceResult {
+    let closed_loop = levels.iter().filter(|m| m.request_rate.is_none()).count();
+    // the best of one level is that level, not the server's saturation
+    let not_compared = (p.metric == "saturation_output_throughput" && closed_loop < 2).then(|| {
+        format!(
+            "a saturation throughput is the best of several concurrency levels; this run has {closed_loop}"
+        )
+    });
     let predicted = match (p.metric.as_str(), p.concurrency) {
+        _ if not_compared.is_some() => None,
         ("saturation_output_throughput", _) => Some(saturation),
         (metric, Some(c)) => levels
             .iter()
@@ -320,6 +332,7 @@ fn compare_point(p: &ReferencePoint, levels: &[LevelMetrics], saturation: f64) -
         approximate: p.approximate,
         predicted,
         error_pct,
+        not_compared,
     }
 }
 

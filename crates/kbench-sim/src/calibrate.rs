@@ -272,7 +272,7 @@ impl Problem {
         let r = nelder_mead(
             &mut |x| {
                 n += 1;
-                if n.is_multiple_of(50) {
+                if n % 50 == 0 {
                     progress(&format!("  {what}: {n} evaluations"));
                 }
                 self.objective(x, weights)

@@ -118,7 +118,7 @@ pub const POINT_METRICS: [&str; 14] = [
 ];
 
 pub fn load_corpus(path: &Path) -> Result<LoadedCorpus, SimError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+    let text = kbench_core::input::read_text(path).map_err(|source| SimError::Read {
         what: "corpus file",
         path: path.into(),
         source,

@@ -231,7 +231,7 @@ impl CostModel {
                 profile.gpu.count, profile.origin
             )));
         }
-        if !model.num_heads.is_multiple_of(tp) {
+        if model.num_heads % tp != 0 {
             return Err(SimError::Model(format!(
                 "{} heads do not split over tp {tp}",
                 model.num_heads

@@ -215,7 +215,7 @@ impl EngineProfile {
     }
 
     pub fn from_file(path: &Path) -> Result<EngineProfile, SimError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+        let text = kbench_core::input::read_text(path).map_err(|source| SimError::Read {
             what: "engine profile",
             path: path.into(),
             source,

@@ -131,7 +131,7 @@ impl OpTables {
         }
         let mut rows = Vec::new();
         for f in files {
-            let text = std::fs::read_to_string(&f).map_err(|source| SimError::Read {
+            let text = kbench_core::input::read_text(&f).map_err(|source| SimError::Read {
                 what: "op table",
                 path: f.clone(),
                 source,

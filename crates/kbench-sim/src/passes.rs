@@ -167,7 +167,7 @@ fn bad(path: &Path, message: impl Into<String>) -> SimError {
 /// Reads and checks a stack profile: known pass kinds, token counts that match the batch,
 /// positive finite times.
 pub fn read_stack_profile(path: &Path) -> Result<StackProfile, SimError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+    let text = kbench_core::input::read_text(path).map_err(|source| SimError::Read {
         what: "GPU stack profile",
         path: path.into(),
         source,
@@ -261,12 +261,15 @@ fn stack_arch(path: &Path, s: &StackInfo, layers: u32) -> Result<ModelArch, SimE
     Ok(arch)
 }
 
+/// One pass's predicted time per layer, and its per-group breakdown.
+type PassPrediction = (f64, BTreeMap<String, f64>);
+
 /// Base prediction per layer for every pass, with the per-group breakdown.
 fn predict(
     path: &Path,
     stack: &StackProfile,
     base: &HardwareProfile,
-) -> Result<Vec<(f64, BTreeMap<String, f64>)>, SimError> {
+) -> Result<Vec<PassPrediction>, SimError> {
     let l = stack.stack.layers;
     let tables = load_tables(base)?;
     // Graph or eager only changes launch cost, which the per-layer GPU time leaves out, so

@@ -218,7 +218,7 @@ impl HardwareProfile {
     }
 
     pub fn from_file(path: &Path) -> Result<HardwareProfile, SimError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+        let text = kbench_core::input::read_text(path).map_err(|source| SimError::Read {
             what: "hardware profile",
             path: path.into(),
             source,

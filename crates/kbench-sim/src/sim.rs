@@ -608,7 +608,7 @@ impl SimSession<'_> {
             if self.b.spec.is_speculative() {
                 r.round_commits.push(n);
             }
-            record_chunk(&mut self.chunks, &r, visible, n, speculate);
+            record_chunk(&mut self.chunks, r, visible, n, speculate);
         }
         self.kv.peak = self.kv.peak.max(self.kv.used);
         self.retire_finished();

@@ -227,7 +227,7 @@ proptest! {
             ),
             &format!("concurrency = [{clients}]\nrequests_per_level = 24\nwarmup_requests = 0"),
         );
-        prop_assume!(exp.input_len.1 + max_tokens + 1 <= pool);
+        prop_assume!(exp.input_len.1 + max_tokens < pool);
         let plan = load_plan(&exp);
         let mut b = SimBackend::new(&exp, None).unwrap();
         let levels = run_levels(&mut b, &plan, &mut NoProgress).unwrap();

@@ -211,9 +211,12 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
                 )?,
                 _ => writeln!(
                     out,
-                    "     {:<w$}  measured {:<9} predicted -        (no such level in this run)",
+                    "     {:<w$}  measured {:<9} predicted -        ({})",
                     p.label,
-                    format!("{approx}{}", p.reference)
+                    format!("{approx}{}", p.reference),
+                    p.not_compared
+                        .as_deref()
+                        .unwrap_or("no such level in this run")
                 )?,
             }
         }

@@ -18,7 +18,7 @@ pub struct Variant {
 /// Loads a file, applies `overrides` (`key=value`, TOML values; bare words are strings),
 /// expands its sweep, and validates every variant.
 pub fn load_experiment(path: &Path, overrides: &[String]) -> Result<Vec<Variant>, SpecError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+    let text = crate::input::read_text(path).map_err(|source| SpecError::Read {
         path: path.to_path_buf(),
         source,
     })?;
@@ -65,7 +65,7 @@ pub fn variant_files(
     path: &Path,
     overrides: &[String],
 ) -> Result<Vec<(Option<String>, ExperimentFile)>, SpecError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+    let text = crate::input::read_text(path).map_err(|source| SpecError::Read {
         path: path.to_path_buf(),
         source,
     })?;
@@ -82,6 +82,7 @@ fn variant_files_str(
     let mut table: toml::Table =
         toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
     apply_overrides(&mut table, overrides)?;
+    check_finite(&table, path)?;
     let base = parse_table(&table, path).map_err(|e| name_override_section(e, overrides))?;
     let Some(sweep) = base.sweep.clone() else {
         return Ok(vec![(None, base)]);
@@ -112,6 +113,7 @@ fn variant_files_str(
         for assignment in overrides {
             apply_override(&mut t, assignment)?;
         }
+        check_finite(&t, path)?;
         let file = parse_table(&t, path).map_err(|e| name_override_section(e, overrides))?;
         out.push((Some(variant.name.clone()), file));
     }
@@ -129,6 +131,57 @@ pub fn apply_overrides(table: &mut toml::Table, overrides: &[String]) -> Result<
         apply_override(table, assignment)?;
     }
     Ok(())
+}
+
+/// Keys where an infinite number means something: a request rate of `inf` sends every
+/// request at once, as `vllm bench serve --request-rate inf` does.
+const INFINITY_ALLOWED: &[&str] = &["benchmark.request_rate"];
+
+/// No NaN anywhere in the file, and no infinity where it is not a setting's meaning: a
+/// `temperature = nan` would otherwise run, and compare false against every bound.
+fn check_finite(table: &toml::Table, path: &Path) -> Result<(), SpecError> {
+    fn walk(value: &toml::Value, key: &str, path: &Path) -> Result<(), SpecError> {
+        match value {
+            toml::Value::Float(f) if f.is_nan() || (f.is_infinite() && !allowed(key, *f)) => {
+                Err(SpecError::Invalid {
+                    path: path.into(),
+                    rule: "finite numbers",
+                    message: format!("`{key}` is {f}"),
+                    fix: if INFINITY_ALLOWED.iter().any(|k| key.starts_with(k)) {
+                        "use a positive number, or inf for all at once".into()
+                    } else {
+                        "use a finite number".into()
+                    },
+                })
+            }
+            toml::Value::Table(t) => {
+                for (k, v) in t {
+                    let child = if key.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{key}.{k}")
+                    };
+                    walk(v, &child, path)?;
+                }
+                Ok(())
+            }
+            toml::Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(v, &format!("{key}[{i}]"), path)?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    fn allowed(key: &str, f: f64) -> bool {
+        f > 0.0
+            && INFINITY_ALLOWED.iter().any(|k| {
+                key.strip_prefix(k)
+                    .is_some_and(|rest| rest.starts_with('['))
+            })
+    }
+    walk(&toml::Value::Table(table.clone()), "", path)
 }
 
 /// The keys `--set` assigns, with their values where they parse (what the speculation

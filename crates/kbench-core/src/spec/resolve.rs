@@ -56,6 +56,9 @@ pub struct Experiment {
     pub trace: Option<PathBuf>,
     /// Warnings SGLang would log (e.g. max_running_requests forced to 48).
     pub notes: Vec<String>,
+    /// What makes a level mean less than it says (more clients than requests), shown with
+    /// the report's warnings.
+    pub warnings: Vec<String>,
 }
 
 /// SGLang forces this when speculation is on and max_running_requests is unset.
@@ -256,7 +259,7 @@ pub(crate) fn resolve(
         ));
     }
     for &r in &b.request_rate {
-        if !(r > 0.0) {
+        if r.is_nan() || r <= 0.0 {
             return Err(invalid(
                 "benchmark.request_rate",
                 format!("request_rate {r} is not a positive rate"),
@@ -311,6 +314,22 @@ pub(crate) fn resolve(
             "benchmark.warmup_requests",
             format!("warmup_requests = {} is negative", b.warmup_requests),
             "use 0 or more",
+        ));
+    }
+    // more clients than requests: the extra clients never send, so the level measures less
+    // concurrency than its name says
+    let sent = u64::from(requests_per_level) + b.warmup_requests as u64;
+    let mut level_warnings = Vec::new();
+    let over: Vec<String> = concurrency
+        .iter()
+        .filter(|&&c| u64::from(c) > sent)
+        .map(|c| c.to_string())
+        .collect();
+    if !over.is_empty() {
+        level_warnings.push(format!(
+            "concurrency {} exceeds the {sent} requests a level sends (requests_per_level {requests_per_level} + warmup_requests {}): at most {sent} are ever in flight there; raise requests_per_level",
+            over.join(", "),
+            b.warmup_requests
         ));
     }
     let w = &file.workload;
@@ -373,6 +392,7 @@ pub(crate) fn resolve(
         burstiness,
         max_concurrency,
         notes,
+        warnings: level_warnings,
         spec,
         model,
         draft,

@@ -23,12 +23,56 @@ impl TraceForm {
     }
 }
 
+/// Bytes read before the rest: enough for a binary trace's magic or a JSONL header line.
+const SNIFF_BYTES: u64 = 1 << 20;
+
 pub fn read(path: &Path) -> Result<Trace, TraceError> {
-    let bytes = std::fs::read(path).map_err(|source| TraceError::Read {
+    use std::io::Read;
+    let read_error = |source| TraceError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let mut file = std::fs::File::open(path).map_err(read_error)?;
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(SNIFF_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    // what is not a trace is refused from its first bytes, whatever its size
+    if let Some(e) = refuse_from_start(path, &bytes, bytes.len() as u64 == SNIFF_BYTES) {
+        return Err(e);
+    }
+    file.read_to_end(&mut bytes).map_err(read_error)?;
     read_bytes(path, &bytes)
+}
+
+/// The error a file's first bytes already show: not the magic, not a JSONL header line.
+fn refuse_from_start(path: &Path, head: &[u8], more: bool) -> Option<TraceError> {
+    if head.starts_with(MAGIC) || !more {
+        // a binary trace is checked whole; a file that fits the sniff is read_bytes' to judge
+        return None;
+    }
+    let first = head.iter().position(|b| !b.is_ascii_whitespace())?;
+    if head[first] != b'{' {
+        return read_bytes(path, head).err();
+    }
+    let Some(end) = head[first..].iter().position(|&b| b == b'\n') else {
+        return Some(TraceError::Header {
+            path: path.to_path_buf(),
+            message: format!(
+                "no header line in the first {} MiB: a JSONL trace starts with one line of JSON",
+                SNIFF_BYTES >> 20
+            ),
+        });
+    };
+    let line = std::str::from_utf8(&head[first..first + end]).ok()?;
+    serde_json::from_str::<super::TraceHeader>(line)
+        .err()
+        .map(|e| TraceError::Line {
+            path: path.to_path_buf(),
+            line: 1,
+            message: format!("invalid header: {e}"),
+        })
 }
 
 /// Parses either form; `path` labels errors.

@@ -118,7 +118,7 @@ impl SimSession<'_> {
         for r in self.running[..decode_bs as usize].iter_mut() {
             r.token_times.push(visible);
             r.kv_tokens += 1;
-            record_chunk(&mut self.chunks, &r, visible, 1, false);
+            record_chunk(&mut self.chunks, r, visible, 1, false);
         }
         self.kv.take(decode_bs);
         for mut r in done {
