@@ -11,7 +11,8 @@ use clap::{Args, Parser, Subcommand};
     about = "Predict and confirm EAGLE-3 speculative decoding on large MoE models",
     long_about = "kbench runs one experiment file on a backend: `sim` predicts it in virtual time from \
 a calibrated cost model and recorded acceptance traces; `engine` runs the project's own target model \
-and EAGLE-3 draft head for real. Reports follow `sglang.bench_serving` / `vllm bench serve` key names."
+and EAGLE-3 draft head for real. Reports follow `sglang.bench_serving` / `vllm bench serve` key names.",
+    after_help = super::exit::HELP
 )]
 pub struct Cli {
     #[command(subcommand)]
