@@ -336,7 +336,8 @@ fn compare_point(p: &ReferencePoint, levels: &[LevelMetrics], saturation: f64) -
     }
 }
 
-/// The metrics a reference point may name.
+/// A level's metric by its report name, for the metrics reference points may name and the
+/// latency percentiles SLOs bound (None for any other name).
 pub fn level_metric(m: &LevelMetrics, name: &str) -> Option<f64> {
     Some(match name {
         "output_throughput" => m.output_throughput,
@@ -348,6 +349,12 @@ pub fn level_metric(m: &LevelMetrics, name: &str) -> Option<f64> {
         "median_tpot_ms" => m.median_tpot_ms,
         "median_itl_ms" => m.median_itl_ms,
         "median_e2e_latency_ms" => m.median_e2e_latency_ms,
+        "p99_ttft_ms" => m.p99_ttft_ms,
+        "p99_tpot_ms" => m.p99_tpot_ms,
+        "mean_itl_ms" => m.mean_itl_ms,
+        "p99_itl_ms" => m.p99_itl_ms,
+        "mean_e2e_latency_ms" => m.mean_e2e_latency_ms,
+        "p99_e2e_latency_ms" => m.p99_e2e_latency_ms,
         _ => return None,
     })
 }

@@ -249,25 +249,12 @@ pub fn metric_names() -> Vec<String> {
 
 /// A level's metric by its report name; None where the level has no value for it.
 pub fn metric_value(m: &LevelMetrics, metric: &str) -> Option<f64> {
-    // the common ones without a trip through JSON: ranking reads them per candidate
-    let direct = match metric {
-        "output_throughput" => Some(m.output_throughput),
-        "per_request_output_throughput" => Some(m.per_request_output_throughput),
-        "p99_tpot_ms" => Some(m.p99_tpot_ms),
-        "median_tpot_ms" => Some(m.median_tpot_ms),
-        "mean_tpot_ms" => Some(m.mean_tpot_ms),
-        "p99_ttft_ms" => Some(m.p99_ttft_ms),
-        "median_ttft_ms" => Some(m.median_ttft_ms),
-        "mean_ttft_ms" => Some(m.mean_ttft_ms),
-        "p99_itl_ms" => Some(m.p99_itl_ms),
-        "median_itl_ms" => Some(m.median_itl_ms),
-        "p99_e2e_latency_ms" => Some(m.p99_e2e_latency_ms),
-        "median_e2e_latency_ms" => Some(m.median_e2e_latency_ms),
-        "accept_length" => return m.accept_length,
-        _ => None,
-    };
-    if direct.is_some() {
-        return direct;
+    // the ones reference points name, without a trip through JSON
+    if let Some(v) = kbench_core::report::level_metric(m, metric) {
+        return Some(v);
+    }
+    if metric == "accept_length" {
+        return None;
     }
     match serde_json::to_value(m) {
         Ok(serde_json::Value::Object(map)) => map.get(metric).and_then(|v| v.as_f64()),

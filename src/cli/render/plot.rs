@@ -169,7 +169,8 @@ pub fn labelled_throughput_svg(reports: &[Report], labels: &[String], title: &st
     s
 }
 
-fn nice_ceiling(v: f64) -> f64 {
+/// The axis maximum: the next 1, 2, 2.5 or 5 times a power of ten at or above `v`.
+pub(super) fn nice_ceiling(v: f64) -> f64 {
     let mag = 10f64.powf(v.log10().floor());
     for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
         if m * mag >= v {
@@ -179,7 +180,8 @@ fn nice_ceiling(v: f64) -> f64 {
     10.0 * mag
 }
 
-fn esc(s: &str) -> String {
+/// Text escaped for SVG.
+pub(super) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -6,6 +6,7 @@ use std::io::{self, Write};
 
 use kbench_search::report::{CandidateRow, SearchReport};
 
+use super::plot::{esc, nice_ceiling};
 use super::table::write_rows;
 
 /// Frontier points printed without --pareto.
@@ -402,8 +403,8 @@ pub fn frontier_svg(r: &SearchReport) -> String {
         .iter()
         .map(|p| (p.per_request_output_throughput, p.output_throughput))
         .collect();
-    let x_max = nice(all.iter().map(|p| p.0).fold(1.0, f64::max) * 1.05);
-    let y_max = nice(all.iter().map(|p| p.1).fold(1.0, f64::max) * 1.05);
+    let x_max = nice_ceiling(all.iter().map(|p| p.0).fold(1.0, f64::max) * 1.05);
+    let y_max = nice_ceiling(all.iter().map(|p| p.1).fold(1.0, f64::max) * 1.05);
     let x = |v: f64| LEFT + v / x_max * (W - LEFT - RIGHT);
     let y = |v: f64| H - BOTTOM - v / y_max * (H - TOP - BOTTOM);
     let mut s = String::new();
@@ -496,20 +497,4 @@ pub fn frontier_svg(r: &SearchReport) -> String {
     }
     s.push_str("</svg>\n");
     s
-}
-
-fn nice(v: f64) -> f64 {
-    let mag = 10f64.powf(v.log10().floor());
-    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
-        if m * mag >= v {
-            return m * mag;
-        }
-    }
-    10.0 * mag
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
