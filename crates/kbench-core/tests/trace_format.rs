@@ -55,7 +55,7 @@ fn files_sniff_convert_and_write_atomically() {
     convert(&bin, &json, TraceForm::from_path(&json)).unwrap();
     assert!(std::fs::read_to_string(&json)
         .unwrap()
-        .starts_with("{\"format\":\"kbench-acceptance-trace\",\"version\":1,"));
+        .starts_with("{\"format\":\"kbench-acceptance-trace\",\"version\":3,"));
     convert(&json, &bin2, TraceForm::Binary).unwrap();
     assert_eq!(std::fs::read(&bin).unwrap(), std::fs::read(&bin2).unwrap());
     assert_eq!(read(&json).unwrap(), t);
@@ -100,18 +100,18 @@ fn binary_errors() {
     let good = sample_bytes();
     insta::assert_snapshot!("bad_magic", err(b"PK\x03\x04 zip file"));
     insta::assert_snapshot!("empty", err(b""));
-    let mut v3 = good.clone();
-    v3[8] = 3;
-    insta::assert_snapshot!("version", err(&v3));
+    let mut v4 = good.clone();
+    v4[8] = 4;
+    insta::assert_snapshot!("version", err(&v4));
     let cut = &good[..good.len() - 20];
     insta::assert_snapshot!("truncated_body", err(cut));
     insta::assert_snapshot!("truncated_magic", err(&good[..5]));
     let mut flipped = good.clone();
     let n = flipped.len();
-    flipped[n - 12] ^= 0x01;
+    flipped[n - 8] ^= 0x01;
     let msg = err(&flipped);
     assert!(
-        msg.starts_with("traces/bad.kbt: checksum mismatch: stored 0x"),
+        msg.starts_with("traces/bad.kbt: checksum mismatch: stored CRC-32 0x"),
         "{msg}"
     );
     let mut trailing = good.clone();
@@ -153,7 +153,7 @@ fn jsonl_errors_name_the_line() {
         "jsonl_rank_out_of_range",
         from_jsonl(p, &bad_rank).unwrap_err().to_string()
     );
-    let bad_header = text.replacen("\"version\":1", "\"version\":7", 1);
+    let bad_header = text.replacen("\"version\":3", "\"version\":7", 1);
     insta::assert_snapshot!(
         "jsonl_version",
         from_jsonl(p, &bad_header).unwrap_err().to_string()
@@ -166,4 +166,29 @@ fn jsonl_errors_name_the_line() {
         "jsonl_unsorted",
         from_jsonl(p, &unsorted).unwrap_err().to_string()
     );
+}
+
+/// What cannot be memory-mapped (an empty file, a pipe) is read instead, with the same
+/// checks and the same result.
+#[test]
+fn unmappable_files_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.kbt");
+    std::fs::write(&empty, b"").unwrap();
+    let e = read(&empty).unwrap_err().to_string();
+    assert!(e.contains("nothing (empty file)"), "{e}");
+    #[cfg(unix)]
+    {
+        let t = random_trace(4, 3, 2, 2, 4, ProbEncoding::Log8, 0.5);
+        let bytes = to_binary(&t);
+        let fifo = dir.path().join("pipe.kbt");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let path = fifo.clone();
+            let writer = std::thread::spawn(move || std::fs::write(path, bytes));
+            let back = read(&fifo).unwrap();
+            writer.join().unwrap().unwrap();
+            assert_eq!(back, t);
+        }
+    }
 }

@@ -33,27 +33,19 @@ pub struct OpTables {
     flagged: RefCell<BTreeSet<String>>,
 }
 
-/// Systems whose tables are compiled into the binary (so it runs from any directory).
-pub const EMBEDDED_SYSTEMS: &[&str] = &["rtx_pro_6000_server", "h200_sxm"];
+// the build script encodes and lists the files, the library decodes
+#[allow(dead_code)]
+mod compiled;
+mod csv;
 
-const TABLE_FILES: &[&str] = &[
-    "gemm.csv",
-    "moe.csv",
-    "mla.csv",
-    "attention.csv",
-    "nccl.csv",
-];
+pub use compiled::EMBEDDED_SYSTEMS;
+use csv::{parse_csv, Row};
 
-fn embedded_files(system: &str) -> Option<[&'static str; 5]> {
+/// The rows compiled into the binary for `system`.
+fn compiled_rows(system: &str) -> Option<&'static [u8]> {
     macro_rules! sys {
         ($s:literal) => {
-            [
-                include_str!(concat!("../../../data/optables/", $s, "/gemm.csv")),
-                include_str!(concat!("../../../data/optables/", $s, "/moe.csv")),
-                include_str!(concat!("../../../data/optables/", $s, "/mla.csv")),
-                include_str!(concat!("../../../data/optables/", $s, "/attention.csv")),
-                include_str!(concat!("../../../data/optables/", $s, "/nccl.csv")),
-            ]
+            include_bytes!(concat!(env!("OUT_DIR"), "/", $s, ".optable")).as_slice()
         };
     }
     match system {
@@ -93,18 +85,19 @@ impl OpTables {
     }
 
     fn parse_embedded(system: &str) -> Result<OpTables, SimError> {
-        let files = embedded_files(system).ok_or_else(|| SimError::Profile {
-            origin: format!("[optables] system = \"{system}\""),
+        let origin = format!("[optables] system = \"{system}\"");
+        let compiled = compiled_rows(system).ok_or_else(|| SimError::Profile {
+            origin: origin.clone(),
             message: format!(
                 "no embedded op tables for `{system}` (embedded: {})",
                 EMBEDDED_SYSTEMS.join(", ")
             ),
         })?;
-        let mut rows = Vec::new();
-        for (name, text) in TABLE_FILES.iter().zip(files) {
-            parse_csv(text, &format!("data/optables/{system}/{name}"), &mut rows)?;
-        }
-        Ok(Self::from_rows(
+        let rows = compiled::decode(compiled).ok_or_else(|| SimError::Profile {
+            origin,
+            message: "the op tables compiled into this binary are damaged".into(),
+        })?;
+        Ok(Self::from_normalised_rows(
             format!("data/optables/{system} (embedded)"),
             rows,
         ))
@@ -136,7 +129,11 @@ impl OpTables {
                 path: f.clone(),
                 source,
             })?;
-            parse_csv(&text, &f.display().to_string(), &mut rows)?;
+            parse_csv(&text, &mut rows).map_err(|e| SimError::OpTable {
+                origin: f.display().to_string(),
+                line: e.line,
+                message: e.message,
+            })?;
         }
         Ok(Self::from_rows(dir.display().to_string(), rows))
     }
@@ -151,14 +148,12 @@ impl OpTables {
     }
 
     fn from_rows(origin: String, mut rows: Vec<Row>) -> OpTables {
-        rows.sort_by(|a, b| {
-            a.0.cmp(&b.0)
-                .then(a.1[0].total_cmp(&b.1[0]))
-                .then(a.1[1].total_cmp(&b.1[1]))
-                .then(a.1[2].total_cmp(&b.1[2]))
-        });
-        // Duplicate keys: the first row wins (stable, documented).
-        rows.dedup_by(|b, a| a.0 == b.0 && a.1 == b.1);
+        csv::normalise(&mut rows);
+        Self::from_normalised_rows(origin, rows)
+    }
+
+    /// `rows` as [`csv::normalise`] leaves them (the compiled tables are stored so).
+    fn from_normalised_rows(origin: String, rows: Vec<Row>) -> OpTables {
         let mut ops = BTreeMap::new();
         let mut i = 0;
         while i < rows.len() {
@@ -224,62 +219,6 @@ impl OpTables {
     pub fn flagged(&self) -> Vec<String> {
         self.flagged.borrow().iter().cloned().collect()
     }
-}
-
-/// One measured point: the operator (shared by its rows, so a table of thousands of rows
-/// allocates each name once), its axes, its latency in milliseconds.
-type Row = (Arc<str>, [f64; 3], f64);
-
-fn parse_csv(text: &str, origin: &str, out: &mut Vec<Row>) -> Result<(), SimError> {
-    let mut lines = text.lines().enumerate();
-    let header = lines.next().map(|(_, l)| l.trim()).unwrap_or("");
-    if header != "op,x1,x2,x3,latency_ms" {
-        return Err(SimError::OpTable {
-            origin: origin.into(),
-            line: 1,
-            message: format!("header is `{header}`, expected `op,x1,x2,x3,latency_ms`"),
-        });
-    }
-    for (i, line) in lines {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let bad = |message: String| SimError::OpTable {
-            origin: origin.into(),
-            line: i + 1,
-            message,
-        };
-        let mut fields = line.split(',');
-        let mut f = [""; 5];
-        let mut n = 0;
-        for field in fields.by_ref().take(5) {
-            f[n] = field;
-            n += 1;
-        }
-        let n = n + fields.count();
-        if n != 5 {
-            return Err(bad(format!("expected 5 fields, found {n}")));
-        }
-        let num = |s: &str, what: &str| -> Result<f64, SimError> {
-            s.trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite() && *v > 0.0)
-                .ok_or_else(|| bad(format!("{what} `{s}` is not a positive number")))
-        };
-        let op = f[0].trim();
-        let name = match out.last() {
-            Some((last, _, _)) if &**last == op => Arc::clone(last),
-            _ => Arc::from(op),
-        };
-        out.push((
-            name,
-            [num(f[1], "x1")?, num(f[2], "x2")?, num(f[3], "x3")?],
-            num(f[4], "latency_ms")?,
-        ));
-    }
-    Ok(())
 }
 
 fn suffix_min(node: &mut Node, axis: usize) {
@@ -389,7 +328,7 @@ mod tests {
 
     fn tables(csv: &str) -> OpTables {
         let mut rows = Vec::new();
-        parse_csv(csv, "test", &mut rows).unwrap();
+        parse_csv(csv, &mut rows).unwrap();
         OpTables::from_rows("test".into(), rows)
     }
 
@@ -410,11 +349,34 @@ mod tests {
 
     #[test]
     fn bad_rows_name_file_and_line() {
-        let mut rows = Vec::new();
-        let e = parse_csv("op,x1,x2,x3,latency_ms\na,1,x,1,1\n", "f.csv", &mut rows).unwrap_err();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("f.csv"),
+            "op,x1,x2,x3,latency_ms\na,1,x,1,1\n",
+        )
+        .unwrap();
+        let e = OpTables::from_dir(dir.path()).unwrap_err();
         assert!(e.to_string().contains("f.csv:2"), "{e}");
-        let e = parse_csv("op,a\n", "g.csv", &mut rows).unwrap_err();
+        std::fs::write(dir.path().join("f.csv"), "op,a\n").unwrap();
+        let e = OpTables::from_dir(dir.path()).unwrap_err();
         assert!(e.to_string().contains("header"), "{e}");
+    }
+
+    /// The compiled tables are the CSVs as the runtime parser reads them, row for row.
+    #[test]
+    fn compiled_tables_equal_the_csvs() {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/optables");
+        for system in EMBEDDED_SYSTEMS {
+            let mut rows = Vec::new();
+            for file in compiled::TABLE_FILES {
+                let text = std::fs::read_to_string(data.join(system).join(file)).unwrap();
+                parse_csv(&text, &mut rows).unwrap();
+            }
+            let compiled = compiled::decode(compiled_rows(system).unwrap()).unwrap();
+            csv::normalise(&mut rows);
+            assert_eq!(compiled, rows, "{system}");
+            assert_eq!(compiled::decode(&compiled::encode(&rows)).unwrap(), rows);
+        }
     }
 
     #[test]

@@ -1,13 +1,18 @@
-//! The binary form: magic, version, header length, JSON header, little-endian body,
-//! FNV-1a 64 checksum of everything before it (layout in docs/trace-format.md).
+//! The binary form: magic, version, header length, JSON header, little-endian body, and
+//! a checksum of everything before it (layout in docs/trace-format.md): CRC-32 from
+//! format v3, FNV-1a 64 before.
 
 use std::path::Path;
 
-use super::{Sequence, Trace, TraceError, TraceHeader, FORMAT_VERSION, FULLY_OBSERVED_VERSION};
+use super::{
+    Bytes, Sequence, Trace, TraceError, TraceHeader, CRC32_VERSION, FORMAT_VERSION,
+    FULLY_OBSERVED_VERSION,
+};
 
 pub const MAGIC: &[u8; 8] = b"KBTRACE\0";
 
-/// FNV-1a, 64 bit: simple, byte-order free and enough to catch corruption (not tampering).
+/// FNV-1a, 64 bit, formats v1 and v2: one dependent multiply per byte, which made it most
+/// of a trace's load time.
 fn fnv1a64(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
@@ -17,16 +22,38 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
+/// The checksum a file of `version` ends in, and its width in bytes.
+fn checksum(version: u32, bytes: &[u8]) -> (u64, usize) {
+    if version >= CRC32_VERSION {
+        // CRC-32 as zlib computes it, so a writer in any language has it at hand.
+        (u64::from(crc32fast::hash(bytes)), 4)
+    } else {
+        (fnv1a64(bytes), 8)
+    }
+}
+
+fn checksum_name(version: u32) -> &'static str {
+    if version >= CRC32_VERSION {
+        "CRC-32"
+    } else {
+        "FNV-1a 64"
+    }
+}
+
 pub fn to_binary(trace: &Trace) -> Vec<u8> {
+    encode(trace, FORMAT_VERSION)
+}
+
+/// The binary form as `version` lays it out; only tests write older versions.
+pub(crate) fn encode(trace: &Trace, version: u32) -> Vec<u8> {
     let header = TraceHeader {
         sequences: trace.sequences.len() as u32,
-        version: trace.header.written_version(),
+        version,
         ..trace.header.clone()
     };
     // Serialising plain data with string keys cannot fail.
     let json = serde_json::to_vec(&header).unwrap_or_default();
     let k = header.topk as usize;
-    let wide = header.prob_encoding.bytes() == 2;
     let body: usize = trace
         .sequences
         .iter()
@@ -34,33 +61,39 @@ pub fn to_binary(trace: &Trace) -> Vec<u8> {
         .sum();
     let mut out = Vec::with_capacity(16 + json.len() + body + 8);
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&header.written_version().to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&(json.len() as u32).to_le_bytes());
     out.extend_from_slice(&json);
     for s in &trace.sequences {
         out.extend_from_slice(&s.id.to_le_bytes());
         out.extend_from_slice(&((s.ranks.len() / header.depth as usize) as u32).to_le_bytes());
         out.extend_from_slice(&s.ranks);
-        if wide {
-            for &c in &s.probs {
-                out.extend_from_slice(&c.to_le_bytes());
-            }
-        } else {
-            out.extend(s.probs.iter().map(|&c| c as u8));
-        }
+        out.extend_from_slice(&s.codes);
     }
-    let sum = fnv1a64(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
+    let (sum, width) = checksum(version, &out);
+    out.extend_from_slice(&sum.to_le_bytes()[..width]);
     out
 }
 
 struct Cursor<'a> {
     path: &'a Path,
+    shared: &'a Bytes,
     bytes: &'a [u8],
     at: usize,
 }
 
 impl<'a> Cursor<'a> {
+    /// The next `n` bytes as a view sharing the file's buffer.
+    fn take_shared(
+        &mut self,
+        n: usize,
+        what: impl FnOnce() -> String,
+    ) -> Result<Bytes, TraceError> {
+        let start = self.at;
+        self.take(n, what)?;
+        Ok(self.shared.slice(start..self.at))
+    }
+
     fn take(&mut self, n: usize, what: impl FnOnce() -> String) -> Result<&'a [u8], TraceError> {
         match self.at.checked_add(n) {
             Some(end) if end <= self.bytes.len() => {
@@ -93,27 +126,18 @@ impl<'a> Cursor<'a> {
 
 /// Parses the binary form; `path` labels errors.
 pub fn from_binary(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
-    // FNV-1a is one dependent multiply per byte; on a well-formed file the checksummed
-    // bytes are all but the last 8, so it runs on a second core while the body is parsed.
-    std::thread::scope(|scope| {
-        let well_formed_body = bytes.len().saturating_sub(8);
-        let sum = scope.spawn(move || fnv1a64(&bytes[..well_formed_body]));
-        parse_binary(path, bytes, |body_end| {
-            if body_end == well_formed_body {
-                sum.join().unwrap_or_else(|_| fnv1a64(&bytes[..body_end]))
-            } else {
-                fnv1a64(&bytes[..body_end])
-            }
-        })
-    })
+    from_shared_binary(path, &Bytes::copy_from_slice(bytes))
 }
 
-fn parse_binary(
-    path: &Path,
-    bytes: &[u8],
-    checksum: impl FnOnce(usize) -> u64,
-) -> Result<Trace, TraceError> {
-    let mut cur = Cursor { path, bytes, at: 0 };
+/// Parses the binary form into sequences that share `shared`'s buffer.
+pub fn from_shared_binary(path: &Path, shared: &Bytes) -> Result<Trace, TraceError> {
+    let bytes: &[u8] = shared;
+    let mut cur = Cursor {
+        path,
+        shared,
+        bytes,
+        at: 0,
+    };
     let magic = cur.take(8, || "the magic".into())?;
     if magic != MAGIC {
         return Err(TraceError::BadMagic {
@@ -148,29 +172,25 @@ fn parse_binary(
         let id = cur.u64(|| format!("sequence {i}'s id"))?;
         let positions = cur.u32(|| format!("sequence {i}'s position count"))? as usize;
         let cells = positions.saturating_mul(d);
-        let ranks = cur
-            .take(cells, || format!("sequence {i}'s ranks"))?
-            .to_vec();
-        let raw = cur.take(cells.saturating_mul(k).saturating_mul(enc.bytes()), || {
+        let ranks = cur.take_shared(cells, || format!("sequence {i}'s ranks"))?;
+        let codes = cur.take_shared(cells.saturating_mul(k).saturating_mul(enc.bytes()), || {
             format!("sequence {i}'s probabilities")
         })?;
-        let probs: Vec<u16> = if enc.bytes() == 2 {
-            raw.chunks_exact(2)
-                .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                .collect()
-        } else {
-            raw.iter().map(|&b| u16::from(b)).collect()
-        };
-        trace.sequences.push(Sequence { id, ranks, probs });
+        trace.sequences.push(Sequence { id, ranks, codes });
     }
     let body_end = cur.at;
-    let stored = cur.u64(|| "the checksum".into())?;
-    let computed = checksum(body_end);
+    let (computed, width) = checksum(version, &bytes[..body_end]);
+    let stored = cur.take(width, || "the checksum".into())?;
+    let mut le = [0u8; 8];
+    le[..width].copy_from_slice(stored);
+    let stored = u64::from_le_bytes(le);
     if stored != computed {
+        let hex = |v: u64| format!("{v:#0w$x}", w = 2 + 2 * width);
         return Err(TraceError::Checksum {
             path: path.to_path_buf(),
-            stored,
-            computed,
+            algorithm: checksum_name(version),
+            stored: hex(stored),
+            computed: hex(computed),
         });
     }
     if cur.at != bytes.len() {
@@ -184,4 +204,59 @@ fn parse_binary(
         trace.validate_sequence(path, i, seq)?;
     }
     Ok(trace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{encode, from_binary, to_binary};
+    use crate::trace::{preset, synth, FORMAT_VERSION};
+    use std::path::Path;
+
+    /// CRC-32 bit by bit (reflected polynomial 0xEDB88320), as zlib defines it.
+    fn zlib_crc32(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+
+    fn small_trace() -> crate::trace::Trace {
+        let mut p = preset("kimi-k2.5-eagle3-chat").unwrap();
+        p.sequences = 3;
+        p.positions = 5;
+        synth(&p).unwrap()
+    }
+
+    #[test]
+    fn the_current_version_ends_in_zlibs_crc32() {
+        let bytes = to_binary(&small_trace());
+        assert_eq!(&bytes[8..12], &FORMAT_VERSION.to_le_bytes());
+        let (body, trailer) = bytes.split_at(bytes.len() - 4);
+        assert_eq!(trailer, &zlib_crc32(body).to_le_bytes());
+    }
+
+    /// Files older kbench wrote (FNV-1a 64 trailers) still read, and read the same.
+    #[test]
+    fn versions_1_and_2_still_read() {
+        let t = small_trace();
+        for version in [1, 2] {
+            let bytes = encode(&t, version);
+            assert_eq!(&bytes[8..12], &version.to_le_bytes());
+            let back = from_binary(Path::new("old.kbt"), &bytes).unwrap();
+            assert_eq!(back.sequences, t.sequences, "version {version}");
+            let mut corrupt = bytes.clone();
+            let near_end = corrupt.len() - 20;
+            corrupt[near_end] ^= 1;
+            let e = from_binary(Path::new("old.kbt"), &corrupt).unwrap_err();
+            assert!(e.to_string().contains("checksum mismatch"), "{e}");
+        }
+    }
 }

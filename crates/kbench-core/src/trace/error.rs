@@ -35,11 +35,14 @@ pub enum TraceError {
         needed: usize,
         len: usize,
     },
-    #[error("{path}: checksum mismatch: stored {stored:#018x}, computed {computed:#018x} (the file is corrupt)")]
+    #[error("{path}: checksum mismatch: stored {algorithm} {stored}, computed {computed} (the file is corrupt)")]
     Checksum {
         path: PathBuf,
-        stored: u64,
-        computed: u64,
+        /// `CRC-32`, or `FNV-1a 64` in a version 1 or 2 file.
+        algorithm: &'static str,
+        /// Both in hex, as wide as the checksum.
+        stored: String,
+        computed: String,
     },
     #[error("{path}: {extra} unexpected bytes after the checksum")]
     TrailingBytes { path: PathBuf, extra: usize },

@@ -39,11 +39,11 @@ pub fn to_jsonl(trace: &Trace) -> String {
             id: s.id,
             ranks: s.ranks.chunks(d).collect(),
             probs: s
-                .probs
-                .chunks(d * k)
+                .codes
+                .chunks(d * k * enc.bytes())
                 .map(|pos| {
-                    pos.chunks(k)
-                        .map(|cell| cell.iter().map(|&c| enc.decode(c)).collect())
+                    pos.chunks(k * enc.bytes())
+                        .map(|cell| enc.codes(cell).map(|c| enc.decode(c)).collect())
                         .collect()
                 })
                 .collect(),
@@ -96,7 +96,7 @@ pub fn from_jsonl(path: &Path, text: &str) -> Result<Trace, TraceError> {
             )));
         }
         let mut ranks = Vec::with_capacity(rec.ranks.len() * d);
-        let mut probs = Vec::with_capacity(rec.ranks.len() * d * k);
+        let mut codes = Vec::with_capacity(rec.ranks.len() * d * k * enc.bytes());
         for (p, (r, pr)) in rec.ranks.iter().zip(&rec.probs).enumerate() {
             if r.len() != d || pr.len() != d {
                 return Err(bad(format!(
@@ -121,13 +121,15 @@ pub fn from_jsonl(path: &Path, text: &str) -> Result<Trace, TraceError> {
                         "position {p} depth {depth}: probability {x} is not in [0, 1]"
                     )));
                 }
-                probs.extend(cell.iter().map(|&x| enc.encode(x)));
+                for &x in cell {
+                    enc.push_code(&mut codes, enc.encode(x));
+                }
             }
         }
         let seq = Sequence {
             id: rec.id,
-            ranks,
-            probs,
+            ranks: ranks.into(),
+            codes: codes.into(),
         };
         if let Some(problem) = trace.sequence_problem(&seq) {
             return Err(bad(format!(

@@ -1,7 +1,8 @@
 //! Acceptance traces (docs/trace-format.md): what the draft proposed at each position and
 //! depth of real or synthetic requests, replayable for any `num_steps <= depth` and
 //! `eagle_topk <= topk`. Format v2 adds `observed`: a trace recorded from a live server's
-//! rounds, replayable only within what the server showed.
+//! rounds, replayable only within what the server showed. Format v3 changes only the
+//! binary form's checksum, to CRC-32.
 
 mod binary;
 mod error;
@@ -14,7 +15,7 @@ mod replay;
 mod stats;
 mod synth;
 
-pub use binary::{from_binary, to_binary, MAGIC};
+pub use binary::{from_binary, from_shared_binary, to_binary, MAGIC};
 pub use error::TraceError;
 pub use io::{convert, read, read_bytes, write, TraceForm};
 pub use jsonl::{from_jsonl, to_jsonl};
@@ -25,14 +26,19 @@ pub use replay::{replay_commit, replay_commit_reference, OffPath, TraceAcceptanc
 pub use stats::{accept_length, standard_shapes, stats, AcceptLength, DepthStats, TraceStats};
 pub use synth::{calibrate, synth, SynthParams, GENERATOR};
 
+pub use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 pub const FORMAT_NAME: &str = "kbench-acceptance-trace";
-/// The newest format this kbench reads and writes. A trace without `observed` is written as
-/// version 1, which older readers read.
-pub const FORMAT_VERSION: u32 = 2;
+/// The format this kbench writes, and the newest it reads.
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest format read: it has no `observed`.
 pub const FULLY_OBSERVED_VERSION: u32 = 1;
+/// The first format with `observed`.
+pub const OBSERVED_VERSION: u32 = 2;
+/// The first format whose binary form ends in a CRC-32 (before it, FNV-1a 64).
+pub const CRC32_VERSION: u32 = 3;
 /// Ranks are bytes and trees deeper or wider than this are not SGLang configurations.
 pub const MAX_DEPTH: u32 = 32;
 pub const MAX_TOPK: u32 = 32;
@@ -104,23 +110,24 @@ pub enum ObservedKind {
 impl TraceHeader {
     /// The format version this header is written as.
     pub fn written_version(&self) -> u32 {
-        if self.observed.is_some() {
-            FORMAT_VERSION
-        } else {
-            FULLY_OBSERVED_VERSION
-        }
+        FORMAT_VERSION
     }
 }
 
 /// One recorded request. For position p (tokens already committed when a round starts)
 /// and depth d < D: `ranks[p*D + d]` is the rank of the target's next-but-d token among
-/// the draft's top-K after the draft followed the target's tokens up to there, and
-/// `probs[(p*D + d)*K ..][..K]` are the codes of those top-K probabilities, descending.
+/// the draft's top-K after the draft followed the target's tokens up to there, and codes
+/// `(p*D + d)*K ..` of `codes` are those top-K probabilities, descending.
+///
+/// Both are views of the bytes they were read from (a read trace shares its file's mapped
+/// pages: a fresh page costs more than reading it), or own what was built.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sequence {
     pub id: u64,
-    pub ranks: Vec<u8>,
-    pub probs: Vec<u16>,
+    pub ranks: Bytes,
+    /// Probability codes as the binary body stores them, `prob_encoding.bytes()` each
+    /// (little-endian), so a log8 code cannot be out of range.
+    pub codes: Bytes,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -138,7 +145,7 @@ impl TraceHeader {
     ) -> TraceHeader {
         TraceHeader {
             format: FORMAT_NAME.into(),
-            version: FULLY_OBSERVED_VERSION,
+            version: FORMAT_VERSION,
             provenance,
             depth,
             topk,
@@ -167,9 +174,9 @@ impl TraceHeader {
                 supported: FORMAT_VERSION,
             });
         }
-        if self.observed.is_some() && self.version < FORMAT_VERSION {
+        if self.observed.is_some() && self.version < OBSERVED_VERSION {
             return Err(bad(format!(
-                "`observed` needs format version {FORMAT_VERSION}, the header says {}",
+                "`observed` needs format version {OBSERVED_VERSION} or later, the header says {}",
                 self.version
             )));
         }
@@ -227,10 +234,14 @@ impl Trace {
         probs: &[f64],
     ) -> Result<(), TraceError> {
         let enc = self.header.prob_encoding;
+        let mut codes = Vec::with_capacity(probs.len() * enc.bytes());
+        for &p in probs {
+            enc.push_code(&mut codes, enc.encode(p));
+        }
         let seq = Sequence {
             id,
-            ranks,
-            probs: probs.iter().map(|&p| enc.encode(p)).collect(),
+            ranks: ranks.into(),
+            codes: codes.into(),
         };
         self.validate_sequence(Path::new("<memory>"), self.sequences.len(), &seq)?;
         self.sequences.push(seq);
@@ -254,17 +265,22 @@ impl Trace {
     }
 
     /// Codes of the draft's top-K probabilities at (sequence, position, depth).
-    pub fn prob_codes(&self, sequence: usize, position: usize, depth: usize) -> &[u16] {
-        let k = self.header.topk as usize;
+    pub fn prob_codes(
+        &self,
+        sequence: usize,
+        position: usize,
+        depth: usize,
+    ) -> impl ExactSizeIterator<Item = u16> + '_ {
+        let enc = self.header.prob_encoding;
+        let cell_bytes = self.header.topk as usize * enc.bytes();
         let cell = position * self.header.depth as usize + depth;
-        &self.sequences[sequence].probs[cell * k..(cell + 1) * k]
+        enc.codes(&self.sequences[sequence].codes[cell * cell_bytes..(cell + 1) * cell_bytes])
     }
 
     pub fn probs(&self, sequence: usize, position: usize, depth: usize) -> Vec<f32> {
         let enc = self.header.prob_encoding;
         self.prob_codes(sequence, position, depth)
-            .iter()
-            .map(|&c| enc.decode(c))
+            .map(|c| enc.decode(c))
             .collect()
     }
 
@@ -287,36 +303,47 @@ impl Trace {
     }
 
     /// The content checks of [`Trace::sequence_problem`] without locating the fault: folds
-    /// with no early exit, which the compiler vectorises (the located loop was a third of
-    /// a whole `kbench experiment` run). Lengths are checked before this is called.
+    /// with no early exit over the stored bytes, which the compiler vectorises (the located
+    /// loop was a third of a whole `kbench experiment` run). Lengths are checked before.
     fn sequence_is_well_formed(&self, seq: &Sequence) -> bool {
         let k = self.header.topk as usize;
-        let enc = self.header.prob_encoding;
         let max_rank = seq.ranks.iter().copied().max().unwrap_or(0);
-        let max_code = seq.probs.iter().copied().max().unwrap_or(0);
-        if u32::from(max_rank) > self.header.topk || max_code > enc.max_code() {
+        if u32::from(max_rank) > self.header.topk {
             return false;
         }
         // Count every rise in probability between neighbouring codes over the whole
         // body, then take back the rises that fall between one cell's list and the next.
-        let rises = |probs: &[u16]| -> usize {
-            let order = |c: u16| enc.probability_order(c);
-            let all: usize = probs
+        fn rises<T: Copy>(codes: &[T], k: usize, rise: impl Fn(T, T) -> bool) -> usize {
+            let all: usize = codes
                 .windows(2)
-                .map(|w| usize::from(order(w[1]) > order(w[0])))
+                .map(|w| usize::from(rise(w[0], w[1])))
                 .sum();
-            let across_cells: usize = (k..probs.len())
+            let across_cells: usize = (k..codes.len())
                 .step_by(k)
-                .map(|i| usize::from(order(probs[i]) > order(probs[i - 1])))
+                .map(|i| usize::from(rise(codes[i - 1], codes[i])))
                 .sum();
             all - across_cells
-        };
-        rises(&seq.probs) == 0
+        }
+        match self.header.prob_encoding {
+            // log8 codes fall as probabilities rise
+            ProbEncoding::Log8 => {
+                let across_cells: usize = (k..seq.codes.len())
+                    .step_by(k)
+                    .map(|i| usize::from(seq.codes[i] < seq.codes[i - 1]))
+                    .sum();
+                falls(&seq.codes) == across_cells
+            }
+            ProbEncoding::Linear16 => {
+                let codes: Vec<u16> = ProbEncoding::Linear16.codes(&seq.codes).collect();
+                rises(&codes, k, |a: u16, b: u16| b > a) == 0
+            }
+        }
     }
 
     pub(crate) fn sequence_problem(&self, seq: &Sequence) -> Option<String> {
         let d = self.header.depth as usize;
         let k = self.header.topk as usize;
+        let width = self.header.prob_encoding.bytes();
         if seq.ranks.is_empty() {
             return Some("has no positions".into());
         }
@@ -328,12 +355,12 @@ impl Trace {
                 seq.ranks.len()
             ));
         }
-        if seq.probs.len() != seq.ranks.len() * k {
+        if seq.codes.len() != seq.ranks.len() * k * width {
             return Some(format!(
-                "{} probabilities for {} ranks, expected {} (topk {k})",
-                seq.probs.len(),
+                "{} bytes of probability codes for {} ranks, expected {} (topk {k}, {width} bytes a code)",
+                seq.codes.len(),
                 seq.ranks.len(),
-                seq.ranks.len() * k
+                seq.ranks.len() * k * width,
             ));
         }
         if self.sequence_is_well_formed(seq) {
@@ -347,6 +374,7 @@ impl Trace {
         let d = self.header.depth as usize;
         let k = self.header.topk as usize;
         let enc = self.header.prob_encoding;
+        let cell_bytes = k * enc.bytes();
         for (cell, &r) in seq.ranks.iter().enumerate() {
             let (p, depth) = (cell / d, cell % d);
             if u32::from(r) > self.header.topk {
@@ -355,13 +383,7 @@ impl Trace {
                 ));
             }
             let mut prev = i32::MAX;
-            for &c in &seq.probs[cell * k..(cell + 1) * k] {
-                if c > enc.max_code() {
-                    return Some(format!(
-                        "position {p} depth {depth}: probability code {c} is out of range for {}",
-                        enc.name()
-                    ));
-                }
+            for c in enc.codes(&seq.codes[cell * cell_bytes..(cell + 1) * cell_bytes]) {
                 let prob = enc.probability_order(c);
                 if prob > prev {
                     return Some(format!(
@@ -373,6 +395,25 @@ impl Trace {
         }
         None
     }
+}
+
+/// How many bytes are below the one before them. Counted in u8 lanes over blocks
+/// short enough not to overflow them: a usize per comparison kept the compiler to
+/// two lanes a register, and this check to most of a trace's load time.
+fn falls(codes: &[u8]) -> usize {
+    const BLOCK: usize = u8::MAX as usize;
+    let (before, after) = match codes.len() {
+        0 => return 0,
+        n => (&codes[..n - 1], &codes[1..]),
+    };
+    before
+        .chunks(BLOCK)
+        .zip(after.chunks(BLOCK))
+        .map(|(b, a)| {
+            let n = b.iter().zip(a).fold(0u8, |n, (b, a)| n + u8::from(a < b));
+            usize::from(n)
+        })
+        .sum()
 }
 
 #[cfg(test)]
@@ -409,21 +450,26 @@ mod content_check_tests {
             let mut faults = 0;
             for round in 0..400 {
                 let mut seq = trace.sequences[round % 4].clone();
+                let (mut ranks, mut codes) = (seq.ranks.to_vec(), seq.codes.to_vec());
                 match rng.random_range(0..4) {
                     0 => {
-                        let i = rng.random_range(0..seq.ranks.len());
-                        seq.ranks[i] = rng.random_range(0..=6);
+                        let i = rng.random_range(0..ranks.len());
+                        ranks[i] = rng.random_range(0..=6);
                     }
                     1 => {
-                        let i = rng.random_range(0..seq.probs.len());
-                        seq.probs[i] = rng.random_range(0..=u16::MAX);
+                        let i = rng.random_range(0..codes.len());
+                        codes[i] = rng.random_range(0..=u8::MAX);
                     }
                     2 => {
-                        let i = rng.random_range(0..seq.probs.len());
-                        seq.probs[i] = rng.random_range(0..=enc.max_code());
+                        // a whole code, so linear16's high bytes move too
+                        let i = rng.random_range(0..codes.len() / enc.bytes());
+                        let mut code = Vec::new();
+                        enc.push_code(&mut code, rng.random_range(0..=enc.max_code()));
+                        codes[i * enc.bytes()..(i + 1) * enc.bytes()].copy_from_slice(&code);
                     }
                     _ => {}
                 }
+                (seq.ranks, seq.codes) = (ranks.into(), codes.into());
                 let located = trace.located_content_problem(&seq);
                 faults += usize::from(located.is_some());
                 assert_eq!(

@@ -90,6 +90,31 @@ impl ProbEncoding {
         }
     }
 
+    /// Code `i` of code bytes laid out as the binary body stores them.
+    pub fn code_at(self, bytes: &[u8], i: usize) -> u16 {
+        match self {
+            ProbEncoding::Log8 => u16::from(bytes[i]),
+            ProbEncoding::Linear16 => u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]),
+        }
+    }
+
+    /// Every code of code bytes, in order.
+    pub fn codes(self, bytes: &[u8]) -> impl ExactSizeIterator<Item = u16> + '_ {
+        let width = self.bytes();
+        bytes.chunks_exact(width).map(|c| match c {
+            [lo, hi] => u16::from_le_bytes([*lo, *hi]),
+            _ => u16::from(c[0]),
+        })
+    }
+
+    /// Appends `code` as the binary body stores it (log8 codes are at most 255).
+    pub fn push_code(self, out: &mut Vec<u8>, code: u16) {
+        match self {
+            ProbEncoding::Log8 => out.push(code.min(LOG8_ZERO) as u8),
+            ProbEncoding::Linear16 => out.extend_from_slice(&code.to_le_bytes()),
+        }
+    }
+
     /// Decode table for every code, for replay loops.
     pub fn table(self) -> Vec<f32> {
         (0..=self.max_code()).map(|c| self.decode(c)).collect()

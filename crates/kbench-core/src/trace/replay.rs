@@ -198,10 +198,11 @@ fn replay_candidates(
     let k = shape.topk as usize;
     let enc = trace.header.prob_encoding;
     let recorded = |depth: usize| -> Vec<(u32, f32)> {
-        trace.prob_codes(sequence, pos, depth)[..k]
-            .iter()
+        trace
+            .prob_codes(sequence, pos, depth)
+            .take(k)
             .enumerate()
-            .map(|(j, &c)| (j as u32, enc.decode(c)))
+            .map(|(j, c)| (j as u32, enc.decode(c)))
             .collect()
     };
     let unrecorded_at = |depth: usize| -> Vec<(u32, f32)> {

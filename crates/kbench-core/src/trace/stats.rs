@@ -143,7 +143,8 @@ pub fn stats(trace: &Trace, shapes: &[TreeShape]) -> Result<TraceStats, TraceErr
                 let r = trace.rank(s, p, depth);
                 top1[depth] += u64::from(r == 0);
                 in_k[depth] += u64::from(r < k);
-                top1_prob[depth] += f64::from(enc.decode(trace.prob_codes(s, p, depth)[0]));
+                top1_prob[depth] +=
+                    f64::from(enc.decode(trace.prob_codes(s, p, depth).next().unwrap_or(0)));
                 if alive {
                     reached[depth] += 1;
                     if r == 0 {
