@@ -142,3 +142,31 @@ fn a_report_path_that_cannot_be_written_leaves_nothing_behind() {
         .next()
         .is_none());
 }
+
+/// Billions of requests a level keep their every token's timestamp until the report is
+/// written: refused at load time, naming what they would keep and what the machine has
+/// (read from Linux's /proc/meminfo).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_run_larger_than_memory_is_refused_before_it_starts() {
+    let huge = BASE.replace("requests_per_level = 4", "requests_per_level = 4000000000");
+    assert_ne!(huge, BASE, "the base file's requests_per_level moved");
+    // what the machine has varies: the snapshot shows it as MACHINE
+    let redact = |out: String| -> String {
+        let (from, to) = ("more than the ", " this machine has available");
+        match (out.find(from), out.find(to)) {
+            (Some(a), Some(b)) if a + from.len() <= b => {
+                format!("{}MACHINE{}", &out[..a + from.len()], &out[b..])
+            }
+            _ => out,
+        }
+    };
+    let validate = redact(with_file(&huge, &["validate", "exp.toml"]));
+    insta::assert_snapshot!("run_larger_than_memory", validate);
+    let experiment = redact(with_file(&huge, &["experiment", "exp.toml"]));
+    assert!(experiment.starts_with("exit code: 3\n"), "{experiment}");
+    assert!(
+        experiment.contains("MACHINE this machine has available"),
+        "{experiment}"
+    );
+}

@@ -12,11 +12,11 @@ use super::fidelity::corpus_paths;
 use super::output::write_json;
 
 pub fn run(a: CalibrateArgs) -> CliResult<()> {
-    let invalid = |e: kbench_sim::SimError| CliError::from_chain(exit::INVALID_INPUT, &e);
+    let sim_error = |e: kbench_sim::SimError| CliError::from_error(&e);
     let files: Vec<PathBuf> = corpus_paths(&a.files)?;
     let corpora = files
         .iter()
-        .map(|f| load_corpus(f).map_err(invalid))
+        .map(|f| load_corpus(f).map_err(sim_error))
         .collect::<CliResult<Vec<_>>>()?;
     if let Some(dir) = &a.out_dir {
         if !dir.is_dir() {
@@ -34,7 +34,7 @@ pub fn run(a: CalibrateArgs) -> CliResult<()> {
     };
     let report =
         kbench_sim::calibrate::run(&corpora, &a.profiles, a.out_dir.as_deref(), &mut progress)
-            .map_err(invalid)?;
+            .map_err(sim_error)?;
     if !a.quiet {
         print!("{report}");
     }

@@ -9,19 +9,18 @@ use kbench_sim::{HardwareProfile, SimError};
 
 use super::args::CalibratePassesArgs;
 use super::error::{CliError, CliResult};
-use super::exit;
 use super::output::write_json;
 
 pub fn run(a: CalibratePassesArgs) -> CliResult<()> {
-    let invalid = |e: SimError| CliError::from_chain(exit::INVALID_INPUT, &e);
+    let sim_error = |e: SimError| CliError::from_error(&e);
     // A path names a profile file; anything else a shipped preset (`h200`).
     let base = if Path::new(&a.hardware).exists() || a.hardware.ends_with(".toml") {
         HardwareProfile::from_file(Path::new(&a.hardware))
     } else {
         preset(&a.hardware)
     }
-    .map_err(invalid)?;
-    let mut report = calibrate_passes(&a.measured, &base).map_err(invalid)?;
+    .map_err(sim_error)?;
+    let mut report = calibrate_passes(&a.measured, &base).map_err(sim_error)?;
     // The comparison is shown and saved whether or not the profile can be written, so a fit
     // the profile refuses still leaves the table that explains why.
     if !a.quiet {
@@ -34,10 +33,7 @@ pub fn run(a: CalibratePassesArgs) -> CliResult<()> {
     if let Some(path) = &a.json {
         write_json(path, &report)?;
     }
-    written.map_err(|e| match e {
-        SimError::Write { .. } => CliError::from_chain(exit::OUTPUT, &e),
-        e => invalid(e),
-    })?;
+    written.map_err(sim_error)?;
     if let (Some(out), false) = (&report.out_profile, a.quiet) {
         println!("  wrote {out}");
     }

@@ -23,7 +23,7 @@ pub fn run(args: CompareArgs) -> CliResult<()> {
             )
         })?;
         let file_reports = reports_from_json(&text)
-            .map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e).prefixed(path.display()))?;
+            .map_err(|e| CliError::from_error(&e).prefixed(path.display()))?;
         let file = path.display().to_string();
         for r in file_reports {
             labels.push(render::compare::label(reports.len(), &file, &r));

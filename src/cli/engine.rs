@@ -12,7 +12,7 @@ use super::error::{spec_error, CliError, CliResult};
 use super::exit;
 
 fn engine_err(e: kbench_engine::EngineError) -> CliError {
-    CliError::from_chain(exit::INVALID_INPUT, &e)
+    CliError::from_error(&e)
 }
 
 /// Creates any model an experiment asks for with `[model] init` and does not have yet,
@@ -67,7 +67,7 @@ fn model_init(a: ModelInitArgs) -> CliResult<()> {
         ));
     }
     kbench_engine::init_model(preset, a.layers, a.seed, a.draft_quality, &a.out)
-        .map_err(|e| CliError::from_chain(exit::OUTPUT, &e))?;
+        .map_err(|e| CliError::from_error(&e))?;
     println!(
         "wrote {} model to {} (draft in {})",
         a.preset,
@@ -78,18 +78,20 @@ fn model_init(a: ModelInitArgs) -> CliResult<()> {
 }
 
 pub(super) fn verify_method(name: Option<&str>, temperature: f32) -> CliResult<VerifyMethod> {
-    Ok(match name {
-        None if temperature > 0.0 => VerifyMethod::TargetOnly,
-        None | Some("greedy") => VerifyMethod::Greedy,
-        Some("target_only") => VerifyMethod::TargetOnly,
-        Some("exact") => VerifyMethod::Exact,
-        Some(other) => {
-            return Err(CliError::new(
+    match name {
+        None if temperature > 0.0 => Ok(VerifyMethod::TargetOnly),
+        None => Ok(VerifyMethod::Greedy),
+        Some(name) => VerifyMethod::parse(name).ok_or_else(|| {
+            CliError::new(
                 exit::INVALID_INPUT,
-                format!("--verify {other}: use greedy, target_only or exact"),
-            ))
-        }
-    })
+                format!(
+                    "--verify {name}: use {} or {}",
+                    VerifyMethod::NAMES[..2].join(", "),
+                    VerifyMethod::NAMES[2]
+                ),
+            )
+        }),
+    }
 }
 
 /// SGLang's rules applied to command-line speculative settings.
@@ -206,7 +208,7 @@ pub fn record_trace(a: TraceRecordArgs) -> CliResult<()> {
     };
     let t = kbench_engine::record_trace(&model, &prompts, &opts).map_err(engine_err)?;
     ktrace::write(&t, &a.out, TraceForm::from_path(&a.out))
-        .map_err(|e| CliError::from_chain(exit::OUTPUT, &e))?;
+        .map_err(|e| CliError::from_error(&e))?;
     println!(
         "recorded {} sequences x {} positions (depth {}, top-{}) to {}",
         t.sequences.len(),

@@ -21,8 +21,13 @@ impl CliError {
         }
     }
 
+    /// A library error with the code its kind maps to ([`exit::code_for`]).
+    pub fn from_error(err: &(dyn std::error::Error + 'static)) -> CliError {
+        CliError::from_chain(exit::code_for(err), err)
+    }
+
     /// The error, then each source on its own line, as cargo-nextest prints chains.
-    pub fn from_chain(code: i32, err: &(dyn std::error::Error + 'static)) -> CliError {
+    fn from_chain(code: i32, err: &(dyn std::error::Error + 'static)) -> CliError {
         let mut message = err.to_string();
         let mut source = err.source();
         while let Some(s) = source {
@@ -46,7 +51,7 @@ pub type CliResult<T> = Result<T, CliError>;
 
 /// Experiment errors point into the file: line, column and the offending line.
 pub fn spec_error(err: &SpecError) -> CliError {
-    let mut e = CliError::from_chain(exit::INVALID_INPUT, err);
+    let mut e = CliError::from_error(err);
     if let Some(span) = err.span() {
         let gutter = span.line.to_string();
         let pad = " ".repeat(gutter.len());

@@ -2,7 +2,6 @@
 
 use std::io::Write;
 
-use kbench_core::backend::BackendError;
 use kbench_core::harness::{run_levels_until_stopped, LoadPlan};
 use kbench_core::report::{build_report, Report, SweepReport};
 use kbench_core::spec::{load_experiment, Variant};
@@ -84,8 +83,8 @@ pub fn sglang_args(args: SglangArgsArgs) -> CliResult<()> {
             continue;
         }
         let exp = &v.experiment;
-        let line = kbench_http::launch::sglang_command(exp)
-            .map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
+        let line =
+            kbench_http::launch::sglang_command(exp).map_err(|e| CliError::from_error(&e))?;
         if let Some(name) = &v.name {
             println!("# variant {name}");
         }
@@ -166,13 +165,7 @@ fn run_variant(variant: &Variant, quiet: bool) -> CliResult<(Option<Report>, Opt
     let mut progress = LevelProgress::new(label, quiet);
     let run = run_levels_until_stopped(backend.as_mut(), &plan, &mut progress);
     progress.finish();
-    let stopped = run.stopped.map(|e| {
-        let code = match e {
-            BackendError::Interrupted => exit::INTERRUPTED,
-            _ => exit::BACKEND,
-        };
-        CliError::from_chain(code, &e)
-    });
+    let stopped = run.stopped.map(|e| CliError::from_error(&e));
     if run.levels.is_empty() {
         return Ok((None, stopped));
     }

@@ -22,18 +22,18 @@ pub(super) fn corpus_paths(files: &[PathBuf]) -> CliResult<Vec<PathBuf>> {
         return Ok(files.to_vec());
     }
     corpus_files(std::path::Path::new(CORPUS_DIR)).map_err(|e| {
-        CliError::from_chain(exit::INVALID_INPUT, &e).prefixed(format!(
+        CliError::from_error(&e).prefixed(format!(
             "no corpus files given and none found in {CORPUS_DIR}/ (run from the project root, or name them)"
         ))
     })
 }
 
 pub fn run(args: FidelityArgs) -> CliResult<()> {
-    let invalid = |e: kbench_sim::SimError| CliError::from_chain(exit::INVALID_INPUT, &e);
+    let sim_error = |e: kbench_sim::SimError| CliError::from_error(&e);
     let files = corpus_paths(&args.files)?;
     let corpora = files
         .iter()
-        .map(|f| load_corpus(f).map_err(invalid))
+        .map(|f| load_corpus(f).map_err(sim_error))
         .collect::<CliResult<Vec<_>>>()?;
     let report = run_corpus(&corpora);
     let stdout = std::io::stdout();

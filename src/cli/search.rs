@@ -116,18 +116,11 @@ fn write_outputs(
     Ok(())
 }
 
-/// Each kind of search failure to its exit code, in one place.
+/// A search failure as the CLI shows it: an experiment-file error points into the file.
 fn search_error(e: &SearchError) -> CliError {
     match e {
         SearchError::Spec(s) => spec_error(s),
-        SearchError::Interrupted { .. } => CliError::from_chain(exit::INTERRUPTED, e),
-        SearchError::Write { .. } => CliError::from_chain(exit::OUTPUT, e),
-        SearchError::NoSearch { .. }
-        | SearchError::Settings { .. }
-        | SearchError::EmptySpace { .. }
-        | SearchError::TooLarge { .. }
-        | SearchError::UnknownMetric { .. }
-        | SearchError::Sim(_) => CliError::from_chain(exit::INVALID_INPUT, e),
+        e => CliError::from_error(e),
     }
 }
 

@@ -74,8 +74,7 @@ pub fn run(a: ServeArgs) -> CliResult<()> {
         None => engine_config(&a, limits, faults)?,
     };
     let what = describe(&cfg.server_info);
-    let server =
-        kbench_serve::start(cfg).map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
+    let server = kbench_serve::start(cfg).map_err(|e| CliError::from_error(&e))?;
     eprintln!("kbench serve: {what}");
     eprintln!(
         "listening on http://{} (Ctrl-C or SIGTERM stops it)",
@@ -83,7 +82,7 @@ pub fn run(a: ServeArgs) -> CliResult<()> {
     );
     server
         .run_until_signal()
-        .map_err(|e| CliError::from_chain(exit::FAILURE, &e))
+        .map_err(|e| CliError::from_error(&e))
 }
 
 fn describe(info: &Value) -> String {
@@ -106,9 +105,8 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
             model_dir.display()
         )));
     }
-    let arch = kbench_core::arch::ModelArch::from_config_file(&config_path).map_err(|e| {
-        CliError::from_chain(exit::INVALID_INPUT, &e).prefixed(config_path.display())
-    })?;
+    let arch = kbench_core::arch::ModelArch::from_config_file(&config_path)
+        .map_err(|e| CliError::from_error(&e).prefixed(config_path.display()))?;
     let wants_spec = speculating(a)?.unwrap_or(
         a.draft.is_some()
             || a.speculative_num_steps.is_some()
@@ -143,8 +141,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
             )));
         }
     }
-    let device =
-        Device::parse(&a.device).map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
+    let device = Device::parse(&a.device).map_err(|e| CliError::from_error(&e))?;
     if let Some(tp) = a.tp_size {
         if tp != 1 {
             return Err(invalid(format!(
@@ -301,11 +298,10 @@ fn sim_config(
         )));
     }
     let exp = variants.remove(0).experiment;
-    let acceptance = kbench_sim::acceptance_for(&exp)
-        .map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
+    let acceptance = kbench_sim::acceptance_for(&exp).map_err(|e| CliError::from_error(&e))?;
     // Built here once to report errors and describe the deployment; the worker builds its own.
     let probe = kbench_sim::SimBackend::new(&exp, acceptance.clone())
-        .map_err(|e| CliError::from_chain(exit::INVALID_INPUT, &e))?;
+        .map_err(|e| CliError::from_error(&e))?;
     let describe = probe.describe();
     let profile_name = probe.cost_model().profile.name.clone();
     drop(probe);

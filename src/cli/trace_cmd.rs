@@ -19,8 +19,8 @@ pub fn run(cmd: TraceCommand) -> CliResult<()> {
     }
 }
 
-fn invalid(e: &(dyn std::error::Error + 'static)) -> CliError {
-    CliError::from_chain(exit::INVALID_INPUT, e)
+fn lib_error(e: &(dyn std::error::Error + 'static)) -> CliError {
+    CliError::from_error(e)
 }
 
 fn synth(a: TraceSynthArgs) -> CliResult<()> {
@@ -81,11 +81,10 @@ fn synth(a: TraceSynthArgs) -> CliResult<()> {
     if let Some(v) = &a.dataset {
         p.dataset = v.clone();
     }
-    let t = trace::synth(&p).map_err(|e| invalid(&e))?;
-    trace::write(&t, &a.out, TraceForm::from_path(&a.out))
-        .map_err(|e| CliError::from_chain(exit::OUTPUT, &e))?;
-    let shape = TreeShape::new(3.min(p.depth), 1, 3.min(p.depth) + 1).map_err(|e| invalid(&e))?;
-    let al = trace::accept_length(&t, &shape).map_err(|e| invalid(&e))?;
+    let t = trace::synth(&p).map_err(|e| lib_error(&e))?;
+    trace::write(&t, &a.out, TraceForm::from_path(&a.out)).map_err(|e| CliError::from_error(&e))?;
+    let shape = TreeShape::new(3.min(p.depth), 1, 3.min(p.depth) + 1).map_err(|e| lib_error(&e))?;
+    let al = trace::accept_length(&t, &shape).map_err(|e| lib_error(&e))?;
     println!(
         "wrote {} ({} sequences x {} positions, depth {}, top-{}); accept length at ({}, 1, {}): {:.3}",
         a.out.display(),
@@ -114,7 +113,7 @@ fn parse_shape(s: &str) -> CliResult<TreeShape> {
 }
 
 fn stats(a: TraceStatsArgs) -> CliResult<()> {
-    let t = trace::read(&a.file).map_err(|e| invalid(&e))?;
+    let t = trace::read(&a.file).map_err(|e| lib_error(&e))?;
     let shapes = if a.configs.is_empty() {
         trace::standard_shapes(t.depth(), t.topk())
     } else {
@@ -123,7 +122,7 @@ fn stats(a: TraceStatsArgs) -> CliResult<()> {
             .map(|c| parse_shape(c))
             .collect::<CliResult<Vec<_>>>()?
     };
-    let s = trace::stats(&t, &shapes).map_err(|e| invalid(&e).prefixed(a.file.display()))?;
+    let s = trace::stats(&t, &shapes).map_err(|e| lib_error(&e).prefixed(a.file.display()))?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = if a.json {
@@ -181,7 +180,7 @@ pub fn write_stats(out: &mut dyn Write, name: &str, s: &TraceStats) -> std::io::
 
 fn convert(a: TraceConvertArgs) -> CliResult<()> {
     let form = TraceForm::from_path(&a.output);
-    let t = trace::convert(&a.input, &a.output, form).map_err(|e| invalid(&e))?;
+    let t = trace::convert(&a.input, &a.output, form).map_err(|e| lib_error(&e))?;
     println!(
         "converted {} -> {} ({:?}, {} sequences)",
         a.input.display(),
@@ -230,7 +229,7 @@ fn record_live(a: super::args::TraceRecordArgs) -> CliResult<()> {
     let mut progress =
         super::progress::LevelProgress::new(format!("record {}", exp.file.name), false);
     let levels = kbench_core::harness::run_levels(backend.as_mut(), &plan, &mut progress)
-        .map_err(|e| CliError::from_chain(exit::BACKEND, &e))?;
+        .map_err(|e| CliError::from_error(&e))?;
     progress.finish();
     let records: Vec<&kbench_core::backend::RequestRecord> = levels
         .iter()
@@ -295,8 +294,7 @@ fn record_live(a: super::args::TraceRecordArgs) -> CliResult<()> {
         (s.num_steps, s.eagle_topk, s.num_draft_tokens),
         provenance,
     );
-    trace::write(&t, &a.out, TraceForm::from_path(&a.out))
-        .map_err(|e| CliError::from_chain(exit::OUTPUT, &e))?;
+    trace::write(&t, &a.out, TraceForm::from_path(&a.out)).map_err(|e| CliError::from_error(&e))?;
     let observed = t
         .header
         .observed

@@ -10,6 +10,12 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{path}: {message}")]
     Json { path: PathBuf, message: String },
     #[error(transparent)]
@@ -53,4 +59,9 @@ pub type Result<T> = std::result::Result<T, EngineError>;
 pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> EngineError {
     let path = path.into();
     move |source| EngineError::Io { path, source }
+}
+
+pub(crate) fn write_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> EngineError {
+    let path = path.into();
+    move |source| EngineError::Write { path, source }
 }

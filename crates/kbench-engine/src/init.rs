@@ -30,7 +30,7 @@ use kbench_core::seed::rng_for;
 
 use crate::device::Device;
 use crate::draft::Draft;
-use crate::error::{io_err, EngineError, Result};
+use crate::error::{write_err, EngineError, Result};
 use crate::model::Model;
 use crate::quant::quantize_row_into;
 use crate::st::{f32_to_bf16, write_index, Dtype, StreamWriter, TensorPlan, WeightStore};
@@ -243,7 +243,7 @@ pub fn init_model(
 pub fn init_model_with(opts: &InitOptions, out_dir: &Path) -> Result<()> {
     let g = Gen::new(opts)?;
     let plan = g.plan();
-    std::fs::create_dir_all(out_dir.join("draft")).map_err(io_err(out_dir))?;
+    std::fs::create_dir_all(out_dir.join("draft")).map_err(write_err(out_dir))?;
     write_json(&out_dir.join("config.json"), &plan.config)?;
     write_json(&out_dir.join("tokenizer.json"), &tokenizer_json(g.d.vocab))?;
     write_json(
@@ -323,7 +323,7 @@ pub fn build_model(opts: &InitOptions) -> Result<Model> {
 
 fn write_json(path: &Path, v: &Value) -> Result<()> {
     let text = serde_json::to_string_pretty(v).map_err(|e| EngineError::Invalid(e.to_string()))?;
-    std::fs::write(path, text).map_err(io_err(path))
+    std::fs::write(path, text).map_err(write_err(path))
 }
 
 fn collect(

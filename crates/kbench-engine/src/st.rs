@@ -11,7 +11,7 @@ use memmap2::Mmap;
 pub use safetensors::Dtype;
 use safetensors::SafeTensors;
 
-use crate::error::{io_err, EngineError, Result};
+use crate::error::{io_err, write_err, EngineError, Result};
 
 /// Bytes a tensor lives in: a mapped file or memory the process owns.
 #[derive(Debug)]
@@ -405,11 +405,11 @@ impl StreamWriter {
         while text.len() % 8 != 0 {
             text.push(' ');
         }
-        let file = File::create(path).map_err(io_err(path))?;
+        let file = File::create(path).map_err(write_err(path))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&(text.len() as u64).to_le_bytes())
             .and_then(|_| out.write_all(text.as_bytes()))
-            .map_err(io_err(path))?;
+            .map_err(write_err(path))?;
         Ok(StreamWriter {
             path: path.to_path_buf(),
             out,
@@ -428,7 +428,9 @@ impl StreamWriter {
             })?;
             let room = t.nbytes() - self.written_in_current;
             let n = room.min(rest.len());
-            self.out.write_all(&rest[..n]).map_err(io_err(&self.path))?;
+            self.out
+                .write_all(&rest[..n])
+                .map_err(write_err(&self.path))?;
             self.written_in_current += n;
             rest = &rest[n..];
             if self.written_in_current == t.nbytes() {
@@ -454,7 +456,7 @@ impl StreamWriter {
                 self.plan[self.next].name
             )));
         }
-        self.out.flush().map_err(io_err(&self.path))
+        self.out.flush().map_err(write_err(&self.path))
     }
 }
 
@@ -489,5 +491,5 @@ pub fn write_index(
     });
     let path = dir.join("model.safetensors.index.json");
     let text = serde_json::to_string_pretty(&v).map_err(|e| EngineError::Invalid(e.to_string()))?;
-    std::fs::write(&path, text).map_err(io_err(&path))
+    std::fs::write(&path, text).map_err(write_err(&path))
 }

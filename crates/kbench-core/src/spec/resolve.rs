@@ -342,6 +342,23 @@ pub(crate) fn resolve(
         &invalid,
     )?;
     let input_len = workload.prompt_bounds();
+    let levels = (concurrency.len() + b.request_rate.len()) as u64;
+    let longest_output = workload.lengths.output_bounds().1.min(w.max_tokens);
+    let kept = crate::footprint::records_bytes(levels, sent, u64::from(longest_output));
+    if let Some(available) = crate::footprint::available_bytes().filter(|&a| kept > a) {
+        return Err(invalid(
+            "benchmark.requests_per_level",
+            format!(
+                "{levels} levels x {sent} requests x up to {longest_output} output tokens keep about {} of records in memory until the report is written, more than the {} this machine has available",
+                crate::footprint::human(kept),
+                crate::footprint::human(available)
+            ),
+            &format!(
+                "send fewer requests per level, or fewer levels (each output token costs about {} bytes)",
+                crate::footprint::BYTES_PER_OUTPUT_TOKEN
+            ),
+        ));
+    }
     let trace = w.trace.as_ref().map(|t| base_dir.join(t));
     if let Some(reference) = &file.reference {
         for p in &reference.points {

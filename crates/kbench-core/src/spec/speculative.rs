@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use super::file::{Algorithm, SpeculativeSection};
+use crate::tree::TreeShape;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -13,6 +14,21 @@ pub enum VerifyMethod {
     TargetOnly,
     /// Leviathan/Chen speculative sampling: lossless.
     Exact,
+}
+
+impl VerifyMethod {
+    /// The names files and flags spell them with.
+    pub const NAMES: [&'static str; 3] = ["greedy", "target_only", "exact"];
+
+    /// The method named `name` (one of [`VerifyMethod::NAMES`]).
+    pub fn parse(name: &str) -> Option<VerifyMethod> {
+        match name {
+            "greedy" => Some(VerifyMethod::Greedy),
+            "target_only" => Some(VerifyMethod::TargetOnly),
+            "exact" => Some(VerifyMethod::Exact),
+            _ => None,
+        }
+    }
 }
 
 /// Validated speculative settings. For `Algorithm::None` the counts are 0.
@@ -57,12 +73,21 @@ impl SpecConfig {
         self.algorithm != Algorithm::None
     }
 
-    /// Candidates scored per request per round: `topk + (steps - 1) * topk^2`.
+    /// The draft tree these settings build.
+    pub fn shape(&self) -> TreeShape {
+        TreeShape {
+            num_steps: self.num_steps,
+            topk: self.eagle_topk,
+            num_draft_tokens: self.num_draft_tokens,
+        }
+    }
+
+    /// Candidates scored per request per round (0 without speculation).
     pub fn num_candidates(&self) -> u32 {
         if self.num_steps == 0 {
             return 0;
         }
-        self.eagle_topk + (self.num_steps - 1) * self.eagle_topk * self.eagle_topk
+        self.shape().num_candidates() as u32
     }
 }
 
@@ -84,17 +109,16 @@ fn violation(rule: &'static str, message: String, fix: impl Into<String>) -> Rul
 /// Applies SGLang's rules; `allow_unsupported` turns the ones kbench can still simulate
 /// (v2 with trees) into recorded notes instead of errors.
 pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleViolation> {
-    let verify =
-        match s.verify.as_deref() {
-            None | Some("greedy") => VerifyMethod::Greedy,
-            Some("target_only") => VerifyMethod::TargetOnly,
-            Some("exact") => VerifyMethod::Exact,
-            Some(other) => return Err(violation(
+    let verify = match s.verify.as_deref() {
+        None => VerifyMethod::Greedy,
+        Some(name) => VerifyMethod::parse(name).ok_or_else(|| {
+            violation(
                 "speculative.verify",
-                format!("unknown verification method `{other}`"),
+                format!("unknown verification method `{name}`"),
                 "use \"greedy\", \"target_only\" (SGLang's tree sampling) or \"exact\" (lossless)",
-            )),
-        };
+            )
+        })?,
+    };
     if s.algorithm == Algorithm::None {
         let set: Vec<&str> = [
             ("num_steps", s.num_steps.is_some()),

@@ -322,14 +322,6 @@ impl PathRankMemo {
     }
 }
 
-fn shape_of(spec: &SpecConfig) -> TreeShape {
-    TreeShape {
-        num_steps: spec.num_steps,
-        topk: spec.eagle_topk,
-        num_draft_tokens: spec.num_draft_tokens,
-    }
-}
-
 /// A trace recorded from a live server replays only what the server showed.
 fn check_observed(o: &super::Observed, spec: &SpecConfig) -> Result<(), TraceError> {
     let server = format!(
@@ -401,7 +393,7 @@ impl TraceAcceptance {
     ) -> Result<TraceAcceptance, TraceError> {
         let mut t = TraceAcceptance::new(trace, seed)?;
         t.check(spec)?;
-        if let Some(shape) = fit(&t.trace, &shape_of(spec)).filter(|s| s.topk > 1) {
+        if let Some(shape) = fit(&t.trace, &spec.shape()).filter(|s| s.topk > 1) {
             t.memo = Some(Arc::new(PathRankMemo::new(
                 &t.trace,
                 shape.num_steps,
@@ -470,7 +462,7 @@ impl AcceptanceModel for TraceAcceptance {
             return 1;
         }
         // replay_commit clamps what `check` would have refused.
-        let shape = shape_of(spec);
+        let shape = spec.shape();
         let sequence = self.sequence_for(request_id);
         let fitted = fit(&self.trace, &shape);
         match (&self.memo, fitted) {
