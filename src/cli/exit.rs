@@ -76,7 +76,10 @@ fn own_code(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
             EngineError::Trace(e) => Some(code_for(e)),
             EngineError::Write { .. } => Some(OUTPUT),
             // the engine failed while running, not on what it was given
-            EngineError::Device(_) | EngineError::Tree(_) | EngineError::Verify(_) => Some(BACKEND),
+            EngineError::Device(_)
+            | EngineError::Cuda(_)
+            | EngineError::Tree(_)
+            | EngineError::Verify(_) => Some(BACKEND),
             _ => Some(INVALID_INPUT),
         };
     }
@@ -186,6 +189,12 @@ mod tests {
                 INVALID_INPUT,
             ),
             (Box::new(kbench_cuda::CudaError::NoDriver), BACKEND),
+            (
+                Box::new(kbench_engine::EngineError::Cuda(
+                    kbench_cuda::CudaError::NoDriver,
+                )),
+                BACKEND,
+            ),
             (
                 Box::new(kbench_http::error::HttpError::Settings("url".into())),
                 INVALID_INPUT,

@@ -44,6 +44,8 @@ pub enum EngineError {
     Tokenizer(String),
     #[error("{0}")]
     Device(String),
+    #[error("the CUDA path failed")]
+    Cuda(#[source] kbench_cuda::CudaError),
     #[error("invalid argument: {0}")]
     Invalid(String),
     #[error(transparent)]
