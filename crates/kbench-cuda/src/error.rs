@@ -11,6 +11,11 @@ pub enum CudaError {
     NoNvrtc(String),
     #[error("CUDA driver error: {0}")]
     Driver(String),
+    /// A driver call's own error, kept typed (its code and the driver's description). Not
+    /// a `#[source]`: the GPU check prints errors by their message alone, so the message
+    /// carries it, once.
+    #[error("CUDA driver error: {0}")]
+    DriverCall(cudarc::driver::DriverError),
     #[error("NVRTC compile of {file} for {arch} failed:\n{log}")]
     Compile {
         file: String,
@@ -25,10 +30,10 @@ pub enum CudaError {
     Nccl(String),
 }
 
+pub type Result<T> = std::result::Result<T, CudaError>;
+
 impl From<cudarc::driver::DriverError> for CudaError {
     fn from(e: cudarc::driver::DriverError) -> Self {
-        CudaError::Driver(format!("{e:?}"))
+        CudaError::DriverCall(e)
     }
 }
-
-pub type Result<T> = std::result::Result<T, CudaError>;
