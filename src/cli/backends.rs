@@ -11,11 +11,10 @@ use super::exit;
 pub const KNOWN: &str = "sim, engine, http";
 
 pub fn make_backend(exp: &Experiment) -> CliResult<Box<dyn Backend>> {
-    let open_error = |e: &(dyn std::error::Error + 'static)| CliError::from_error(e);
     match exp.file.backend.kind.as_str() {
-        "sim" => kbench_sim::open(exp).map_err(|e| open_error(&e)),
-        "engine" => kbench_engine::open(exp).map_err(|e| open_error(&e)),
-        "http" => kbench_http::open(exp).map_err(|e| open_error(&e)),
+        "sim" => kbench_sim::open(exp).map_err(|e| CliError::from_error(&e)),
+        "engine" => kbench_engine::open(exp).map_err(|e| CliError::from_error(&e)),
+        "http" => kbench_http::open(exp).map_err(|e| CliError::from_error(&e)),
         other => Err(CliError::new(
             exit::INVALID_INPUT,
             format!(

@@ -19,10 +19,6 @@ pub fn run(cmd: TraceCommand) -> CliResult<()> {
     }
 }
 
-fn lib_error(e: &(dyn std::error::Error + 'static)) -> CliError {
-    CliError::from_error(e)
-}
-
 fn synth(a: TraceSynthArgs) -> CliResult<()> {
     let mut p: SynthParams = match (&a.preset, &a.params) {
         (_, Some(path)) => {
@@ -81,10 +77,11 @@ fn synth(a: TraceSynthArgs) -> CliResult<()> {
     if let Some(v) = &a.dataset {
         p.dataset = v.clone();
     }
-    let t = trace::synth(&p).map_err(|e| lib_error(&e))?;
+    let t = trace::synth(&p).map_err(|e| CliError::from_error(&e))?;
     trace::write(&t, &a.out, TraceForm::from_path(&a.out)).map_err(|e| CliError::from_error(&e))?;
-    let shape = TreeShape::new(3.min(p.depth), 1, 3.min(p.depth) + 1).map_err(|e| lib_error(&e))?;
-    let al = trace::accept_length(&t, &shape).map_err(|e| lib_error(&e))?;
+    let shape = TreeShape::new(3.min(p.depth), 1, 3.min(p.depth) + 1)
+        .map_err(|e| CliError::from_error(&e))?;
+    let al = trace::accept_length(&t, &shape).map_err(|e| CliError::from_error(&e))?;
     println!(
         "wrote {} ({} sequences x {} positions, depth {}, top-{}); accept length at ({}, 1, {}): {:.3}",
         a.out.display(),
@@ -113,7 +110,7 @@ fn parse_shape(s: &str) -> CliResult<TreeShape> {
 }
 
 fn stats(a: TraceStatsArgs) -> CliResult<()> {
-    let t = trace::read(&a.file).map_err(|e| lib_error(&e))?;
+    let t = trace::read(&a.file).map_err(|e| CliError::from_error(&e))?;
     let shapes = if a.configs.is_empty() {
         trace::standard_shapes(t.depth(), t.topk())
     } else {
@@ -122,7 +119,8 @@ fn stats(a: TraceStatsArgs) -> CliResult<()> {
             .map(|c| parse_shape(c))
             .collect::<CliResult<Vec<_>>>()?
     };
-    let s = trace::stats(&t, &shapes).map_err(|e| lib_error(&e).prefixed(a.file.display()))?;
+    let s = trace::stats(&t, &shapes)
+        .map_err(|e| CliError::from_error(&e).prefixed(a.file.display()))?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = if a.json {
@@ -180,7 +178,7 @@ pub fn write_stats(out: &mut dyn Write, name: &str, s: &TraceStats) -> std::io::
 
 fn convert(a: TraceConvertArgs) -> CliResult<()> {
     let form = TraceForm::from_path(&a.output);
-    let t = trace::convert(&a.input, &a.output, form).map_err(|e| lib_error(&e))?;
+    let t = trace::convert(&a.input, &a.output, form).map_err(|e| CliError::from_error(&e))?;
     println!(
         "converted {} -> {} ({:?}, {} sequences)",
         a.input.display(),

@@ -18,9 +18,15 @@ pub fn records_bytes(levels: u64, requests: u64, output_tokens: u64) -> u64 {
     levels.saturating_mul(requests).saturating_mul(per_request)
 }
 
-/// Memory the system says it can give without swapping (Linux's `MemAvailable`); `None`
-/// where it cannot be read, and then nothing is refused.
+/// Memory the system says it can give without swapping (Linux's `MemAvailable`), read once
+/// per process (a search loads an experiment per candidate); `None` where it cannot be
+/// read, and then nothing is refused.
 pub fn available_bytes() -> Option<u64> {
+    static AVAILABLE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(read_available)
+}
+
+fn read_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -22,21 +22,43 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
-/// The checksum a file of `version` ends in, and its width in bytes.
-fn checksum(version: u32, bytes: &[u8]) -> (u64, usize) {
-    if version >= CRC32_VERSION {
-        // CRC-32 as zlib computes it, so a writer in any language has it at hand.
-        (u64::from(crc32fast::hash(bytes)), 4)
-    } else {
-        (fnv1a64(bytes), 8)
-    }
+/// The checksum a file of some version ends in.
+#[derive(Clone, Copy)]
+enum Checksum {
+    /// From v3: CRC-32 as zlib computes it, so a writer in any language has it at hand.
+    Crc32,
+    Fnv1a64,
 }
 
-fn checksum_name(version: u32) -> &'static str {
-    if version >= CRC32_VERSION {
-        "CRC-32"
-    } else {
-        "FNV-1a 64"
+impl Checksum {
+    fn of(version: u32) -> Checksum {
+        if version >= CRC32_VERSION {
+            Checksum::Crc32
+        } else {
+            Checksum::Fnv1a64
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Checksum::Crc32 => "CRC-32",
+            Checksum::Fnv1a64 => "FNV-1a 64",
+        }
+    }
+
+    /// Bytes it takes at the end of the file.
+    fn width(self) -> usize {
+        match self {
+            Checksum::Crc32 => 4,
+            Checksum::Fnv1a64 => 8,
+        }
+    }
+
+    fn compute(self, bytes: &[u8]) -> u64 {
+        match self {
+            Checksum::Crc32 => u64::from(crc32fast::hash(bytes)),
+            Checksum::Fnv1a64 => fnv1a64(bytes),
+        }
     }
 }
 
@@ -70,15 +92,15 @@ pub(crate) fn encode(trace: &Trace, version: u32) -> Vec<u8> {
         out.extend_from_slice(&s.ranks);
         out.extend_from_slice(&s.codes);
     }
-    let (sum, width) = checksum(version, &out);
-    out.extend_from_slice(&sum.to_le_bytes()[..width]);
+    let checksum = Checksum::of(version);
+    let sum = checksum.compute(&out);
+    out.extend_from_slice(&sum.to_le_bytes()[..checksum.width()]);
     out
 }
 
 struct Cursor<'a> {
     path: &'a Path,
-    shared: &'a Bytes,
-    bytes: &'a [u8],
+    bytes: &'a Bytes,
     at: usize,
 }
 
@@ -91,13 +113,14 @@ impl<'a> Cursor<'a> {
     ) -> Result<Bytes, TraceError> {
         let start = self.at;
         self.take(n, what)?;
-        Ok(self.shared.slice(start..self.at))
+        Ok(self.bytes.slice(start..self.at))
     }
 
     fn take(&mut self, n: usize, what: impl FnOnce() -> String) -> Result<&'a [u8], TraceError> {
+        let bytes: &'a [u8] = self.bytes;
         match self.at.checked_add(n) {
-            Some(end) if end <= self.bytes.len() => {
-                let s = &self.bytes[self.at..end];
+            Some(end) if end <= bytes.len() => {
+                let s = &bytes[self.at..end];
                 self.at = end;
                 Ok(s)
             }
@@ -130,14 +153,8 @@ pub fn from_binary(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
 }
 
 /// Parses the binary form into sequences that share `shared`'s buffer.
-pub fn from_shared_binary(path: &Path, shared: &Bytes) -> Result<Trace, TraceError> {
-    let bytes: &[u8] = shared;
-    let mut cur = Cursor {
-        path,
-        shared,
-        bytes,
-        at: 0,
-    };
+pub fn from_shared_binary(path: &Path, bytes: &Bytes) -> Result<Trace, TraceError> {
+    let mut cur = Cursor { path, bytes, at: 0 };
     let magic = cur.take(8, || "the magic".into())?;
     if magic != MAGIC {
         return Err(TraceError::BadMagic {
@@ -179,7 +196,9 @@ pub fn from_shared_binary(path: &Path, shared: &Bytes) -> Result<Trace, TraceErr
         trace.sequences.push(Sequence { id, ranks, codes });
     }
     let body_end = cur.at;
-    let (computed, width) = checksum(version, &bytes[..body_end]);
+    let checksum = Checksum::of(version);
+    let width = checksum.width();
+    let computed = checksum.compute(&bytes[..body_end]);
     let stored = cur.take(width, || "the checksum".into())?;
     let mut le = [0u8; 8];
     le[..width].copy_from_slice(stored);
@@ -188,7 +207,7 @@ pub fn from_shared_binary(path: &Path, shared: &Bytes) -> Result<Trace, TraceErr
         let hex = |v: u64| format!("{v:#0w$x}", w = 2 + 2 * width);
         return Err(TraceError::Checksum {
             path: path.to_path_buf(),
-            algorithm: checksum_name(version),
+            algorithm: checksum.name(),
             stored: hex(stored),
             computed: hex(computed),
         });

@@ -32,14 +32,16 @@ pub fn read(path: &Path) -> Result<Trace, TraceError> {
         source,
     })?;
     let bytes = match map(&file) {
-        Some(mapped) => mapped,
+        Some(mapped) => {
+            // what is not a trace is refused from its first bytes, whatever its size
+            let sniffed = mapped.len().min(SNIFF_BYTES as usize);
+            if let Some(e) = refuse_from_start(path, &mapped[..sniffed], sniffed < mapped.len()) {
+                return Err(e);
+            }
+            mapped
+        }
         None => read_whole(path, file)?,
     };
-    // what is not a trace is refused from its first bytes, whatever its size
-    let sniffed = bytes.len().min(SNIFF_BYTES as usize);
-    if let Some(e) = refuse_from_start(path, &bytes[..sniffed], sniffed < bytes.len()) {
-        return Err(e);
-    }
     read_shared(path, &bytes)
 }
 
@@ -60,7 +62,7 @@ fn map(file: &std::fs::File) -> Option<Bytes> {
 }
 
 /// Reads what cannot be mapped, refusing what is not a trace from its first bytes before
-/// reading (or reserving room for) the rest.
+/// reading the rest.
 fn read_whole(path: &Path, mut file: std::fs::File) -> Result<Bytes, TraceError> {
     use std::io::Read;
     let read_error = |source| TraceError::Read {

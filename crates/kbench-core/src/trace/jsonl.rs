@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Sequence, Trace, TraceError, TraceHeader};
+use super::{Sequence, Trace, TraceError, TraceHeader, FORMAT_VERSION};
 
 #[derive(Serialize)]
 struct LineOut<'a> {
@@ -25,7 +25,7 @@ struct LineIn {
 pub fn to_jsonl(trace: &Trace) -> String {
     let header = TraceHeader {
         sequences: trace.sequences.len() as u32,
-        version: trace.header.written_version(),
+        version: FORMAT_VERSION,
         ..trace.header.clone()
     };
     let d = header.depth as usize;

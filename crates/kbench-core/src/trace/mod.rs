@@ -69,7 +69,7 @@ pub struct Provenance {
 pub struct TraceHeader {
     /// Always [`FORMAT_NAME`].
     pub format: String,
-    /// [`TraceHeader::written_version`] when written by this kbench.
+    /// [`FORMAT_VERSION`] when written by this kbench.
     pub version: u32,
     pub provenance: Provenance,
     /// Recorded depth D: ranks and probabilities for depths 0..D at every position.
@@ -105,13 +105,6 @@ pub enum ObservedKind {
     /// A tree server's rounds: only how many tokens each round committed. Replays that
     /// one configuration.
     AcceptLengths,
-}
-
-impl TraceHeader {
-    /// The format version this header is written as.
-    pub fn written_version(&self) -> u32 {
-        FORMAT_VERSION
-    }
 }
 
 /// One recorded request. For position p (tokens already committed when a round starts)
@@ -312,30 +305,22 @@ impl Trace {
             return false;
         }
         // Count every rise in probability between neighbouring codes over the whole
-        // body, then take back the rises that fall between one cell's list and the next.
-        fn rises<T: Copy>(codes: &[T], k: usize, rise: impl Fn(T, T) -> bool) -> usize {
-            let all: usize = codes
-                .windows(2)
-                .map(|w| usize::from(rise(w[0], w[1])))
-                .sum();
-            let across_cells: usize = (k..codes.len())
+        // body; well formed, they are all between one cell's list and the next.
+        fn across_cells<T: Copy>(codes: &[T], k: usize, rise: impl Fn(T, T) -> bool) -> usize {
+            (k..codes.len())
                 .step_by(k)
                 .map(|i| usize::from(rise(codes[i - 1], codes[i])))
-                .sum();
-            all - across_cells
+                .sum()
         }
         match self.header.prob_encoding {
             // log8 codes fall as probabilities rise
             ProbEncoding::Log8 => {
-                let across_cells: usize = (k..seq.codes.len())
-                    .step_by(k)
-                    .map(|i| usize::from(seq.codes[i] < seq.codes[i - 1]))
-                    .sum();
-                falls(&seq.codes) == across_cells
+                falls(&seq.codes) == across_cells(&seq.codes, k, |a: u8, b: u8| b < a)
             }
             ProbEncoding::Linear16 => {
                 let codes: Vec<u16> = ProbEncoding::Linear16.codes(&seq.codes).collect();
-                rises(&codes, k, |a: u16, b: u16| b > a) == 0
+                let rises = codes.windows(2).filter(|w| w[1] > w[0]).count();
+                rises == across_cells(&codes, k, |a: u16, b: u16| b > a)
             }
         }
     }

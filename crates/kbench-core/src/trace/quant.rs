@@ -90,14 +90,6 @@ impl ProbEncoding {
         }
     }
 
-    /// Code `i` of code bytes laid out as the binary body stores them.
-    pub fn code_at(self, bytes: &[u8], i: usize) -> u16 {
-        match self {
-            ProbEncoding::Log8 => u16::from(bytes[i]),
-            ProbEncoding::Linear16 => u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]),
-        }
-    }
-
     /// Every code of code bytes, in order.
     pub fn codes(self, bytes: &[u8]) -> impl ExactSizeIterator<Item = u16> + '_ {
         let width = self.bytes();
@@ -113,11 +105,6 @@ impl ProbEncoding {
             ProbEncoding::Log8 => out.push(code.min(LOG8_ZERO) as u8),
             ProbEncoding::Linear16 => out.extend_from_slice(&code.to_le_bytes()),
         }
-    }
-
-    /// Decode table for every code, for replay loops.
-    pub fn table(self) -> Vec<f32> {
-        (0..=self.max_code()).map(|c| self.decode(c)).collect()
     }
 }
 

@@ -48,12 +48,6 @@ use kbench_core::arch::ModelArch;
 
 use crate::error::{EngineError, Result};
 
-/// Keeps kbench-cuda's errors ("no CUDA driver found", NVRTC, launch failures) typed, as
-/// the source of the engine's.
-pub(crate) fn cerr(e: kbench_cuda::CudaError) -> EngineError {
-    EngineError::Cuda(e)
-}
-
 /// Where and how big: GPUs (one per tensor-parallel rank), sequence slots, context, tokens
 /// per pass, CUDA graph buckets.
 #[derive(Debug, Clone, PartialEq)]

@@ -15,7 +15,7 @@ use kbench_cuda::{Blas, CudaDevice, DBuf};
 
 use super::ops::{self, AttnGeom, KvSrc, Route};
 use super::weights::{self, DFfn, DLin, DMlp, DraftWeights, ExpertW, RankWeights, DQ};
-use super::{cerr, CudaOptions, KernelChoice};
+use super::{CudaOptions, KernelChoice};
 use crate::error::{EngineError, Result};
 use crate::rope::{yarn_get_mscale, Rope};
 use crate::st::WeightStore;
@@ -279,9 +279,9 @@ macro_rules! host_io {
                     dst.len()
                 )));
             }
-            let t = dev.upload(data).map_err(cerr)?;
+            let t = dev.upload(data).map_err(EngineError::Cuda)?;
             dev.copy_d2d(dst.ptr_at(off), t.ptr(), std::mem::size_of_val(data))
-                .map_err(cerr)
+                .map_err(EngineError::Cuda)
         }
         /// Reads `n` elements of `src` from element `off` (synchronises the stream).
         #[allow(dead_code)]
@@ -295,10 +295,10 @@ macro_rules! host_io {
                     src.len()
                 )));
             }
-            let t = dev.alloc::<$t>(n).map_err(cerr)?;
+            let t = dev.alloc::<$t>(n).map_err(EngineError::Cuda)?;
             dev.copy_d2d(t.ptr(), src.ptr_at(off), n * std::mem::size_of::<$t>())
-                .map_err(cerr)?;
-            let mut v = dev.download(&t).map_err(cerr)?;
+                .map_err(EngineError::Cuda)?;
+            let mut v = dev.download(&t).map_err(EngineError::Cuda)?;
             v.truncate(n);
             Ok(v)
         }
@@ -309,13 +309,13 @@ host_io!(wr_i32, rd_i32, i32);
 host_io!(wr_u64, rd_u64, u64);
 
 fn zeros_f32(dev: &CudaDevice, n: usize) -> Result<DBuf<f32>> {
-    let b = dev.alloc::<f32>(n.max(1)).map_err(cerr)?;
-    dev.fill_bytes(&b, 0).map_err(cerr)?;
+    let b = dev.alloc::<f32>(n.max(1)).map_err(EngineError::Cuda)?;
+    dev.fill_bytes(&b, 0).map_err(EngineError::Cuda)?;
     Ok(b)
 }
 fn zeros_i32(dev: &CudaDevice, n: usize) -> Result<DBuf<i32>> {
-    let b = dev.alloc::<i32>(n.max(1)).map_err(cerr)?;
-    dev.fill_bytes(&b, 0).map_err(cerr)?;
+    let b = dev.alloc::<i32>(n.max(1)).map_err(EngineError::Cuda)?;
+    dev.fill_bytes(&b, 0).map_err(EngineError::Cuda)?;
     Ok(b)
 }
 
@@ -478,14 +478,16 @@ impl CudaModel {
         }
         let mut devs = Vec::with_capacity(world);
         for &o in &opts.devices {
-            devs.push(CudaDevice::new(o).map_err(cerr)?);
+            devs.push(CudaDevice::new(o).map_err(EngineError::Cuda)?);
         }
         for d in &devs {
-            d.module(&ops::ENGINE_F32).map_err(cerr)?;
+            d.module(&ops::ENGINE_F32).map_err(EngineError::Cuda)?;
             if tuned {
-                d.module(&kbench_cuda::kernels::BF16_MATMUL).map_err(cerr)?;
+                d.module(&kbench_cuda::kernels::BF16_MATMUL)
+                    .map_err(EngineError::Cuda)?;
                 if moe_cfg.is_some() {
-                    d.module(&kbench_cuda::kernels::FUSED_MOE).map_err(cerr)?;
+                    d.module(&kbench_cuda::kernels::FUSED_MOE)
+                        .map_err(EngineError::Cuda)?;
                 }
             }
         }
@@ -493,7 +495,7 @@ impl CudaModel {
             vec![TpComm::single()]
         } else {
             let refs: Vec<&CudaDevice> = devs.iter().collect();
-            TpComm::group(&refs).map_err(cerr)?
+            TpComm::group(&refs).map_err(EngineError::Cuda)?
         };
         let mut ranks = Vec::with_capacity(world);
         for (r, (dev, comm)) in devs.into_iter().zip(comms).enumerate() {
@@ -537,7 +539,7 @@ impl CudaModel {
         };
         let rope = Rope::new(g.rd, arch.rope_theta, arch.rope_scaling.as_ref(), true);
         for r in &ranks {
-            r.dev.sync().map_err(cerr)?;
+            r.dev.sync().map_err(EngineError::Cuda)?;
         }
         Ok(CudaModel {
             arch,
@@ -572,16 +574,16 @@ impl CudaModel {
         let ex = usize::from(!g.tuned);
         let tb = if g.tuned {
             let u16z = |n: usize| -> Result<DBuf<u16>> {
-                let b = dev.alloc::<u16>(n.max(1)).map_err(cerr)?;
-                dev.fill_bytes(&b, 0).map_err(cerr)?;
+                let b = dev.alloc::<u16>(n.max(1)).map_err(EngineError::Cuda)?;
+                dev.fill_bytes(&b, 0).map_err(EngineError::Cuda)?;
                 Ok(b)
             };
             let xw = g.h.max(g.q_lora.unwrap_or(0)).max(hl * g.vd);
             let moe = match &g.moe_cfg {
                 Some(c) => {
-                    let sc = MoeScratch::new(dev, c, t).map_err(cerr)?;
+                    let sc = MoeScratch::new(dev, c, t).map_err(EngineError::Cuda)?;
                     // pairs of other ranks' experts are zeroed per pass; start from zeros too
-                    dev.fill_bytes(&sc.down, 0).map_err(cerr)?;
+                    dev.fill_bytes(&sc.down, 0).map_err(EngineError::Cuda)?;
                     Some(sc)
                 }
                 None => None,
@@ -616,8 +618,8 @@ impl CudaModel {
             ids: zeros_i32(dev, t)?,
             meta: zeros_i32(dev, t * 8)?,
             mask: {
-                let b = dev.alloc::<u64>(t).map_err(cerr)?;
-                dev.fill_bytes(&b, 0).map_err(cerr)?;
+                let b = dev.alloc::<u64>(t).map_err(EngineError::Cuda)?;
+                dev.fill_bytes(&b, 0).map_err(EngineError::Cuda)?;
                 b
             },
             extras: zeros_i32(dev, 1)?,
@@ -633,8 +635,8 @@ impl CudaModel {
             ao: f(t * hl * g.vd)?,
             part: f(t * g.h)?,
             partb: {
-                let b = dev.alloc::<u16>(t * g.h).map_err(cerr)?;
-                dev.fill_bytes(&b, 0).map_err(cerr)?;
+                let b = dev.alloc::<u16>(t * g.h).map_err(EngineError::Cuda)?;
+                dev.fill_bytes(&b, 0).map_err(EngineError::Cuda)?;
                 b
             },
             g: f(t * inter)?,
@@ -671,8 +673,8 @@ impl CudaModel {
             ids: zeros_i32(dev, t)?,
             meta: zeros_i32(dev, t * 8)?,
             mask: {
-                let b = dev.alloc::<u64>(t).map_err(cerr)?;
-                dev.fill_bytes(&b, 0).map_err(cerr)?;
+                let b = dev.alloc::<u64>(t).map_err(EngineError::Cuda)?;
+                dev.fill_bytes(&b, 0).map_err(EngineError::Cuda)?;
                 b
             },
             extras: zeros_i32(dev, t * dg.max_extra)?,
@@ -881,14 +883,14 @@ impl CudaModel {
             Some(tb) => {
                 let rk = &self.ranks[0];
                 if rk.graphs.bucket_for(tb) == Some(tb) {
-                    rk.graphs.launch(tb).map_err(cerr)?;
+                    rk.graphs.launch(tb).map_err(EngineError::Cuda)?;
                     self.graph_launches += 1;
                 } else {
                     // eager once (loads every kernel), then capture for the next passes
                     device_forward(&g, &self.ranks, tb, tb, false)?;
                     self.eager_launches += 1;
                     // nothing pending (e.g. an async free) may land inside the capture
-                    self.ranks[0].dev.sync().map_err(cerr)?;
+                    self.ranks[0].dev.sync().map_err(EngineError::Cuda)?;
                     let graph = {
                         let rk = &self.ranks[0];
                         let ranks = &self.ranks;
@@ -990,7 +992,9 @@ impl CudaModel {
                 for (j, first, len) in runs(which) {
                     let dst = r.cache.ptr_at((cache_l + cache_len + j) * w);
                     let src = r.b.kvnew.ptr_at((l * g.max_tokens + row0 + first) * w);
-                    r.dev.copy_d2d(dst, src, len * w * 4).map_err(cerr)?;
+                    r.dev
+                        .copy_d2d(dst, src, len * w * 4)
+                        .map_err(EngineError::Cuda)?;
                 }
             }
         }
@@ -1135,7 +1139,7 @@ impl CudaModel {
                 )));
             }
         }
-        let e = |x: kbench_cuda::Result<()>| x.map_err(cerr);
+        let e = |x: kbench_cuda::Result<()>| x.map_err(EngineError::Cuda);
         let t = total;
         e(ops::embed(
             dev,
@@ -1243,7 +1247,7 @@ impl CudaModel {
         ))?;
         // res = hid + o(attn); post norm; MLP; res += mlp; final norm; lm_head
         dev.copy_d2d(dd.res.ptr(), dd.hid.ptr(), t * h * 4)
-            .map_err(cerr)?;
+            .map_err(EngineError::Cuda)?;
         dd.w.o
             .run(dev, dd.attn.ptr(), qw, dd.normed.ptr(), h, t, false)?;
         e(ops::add(dev, dd.res.ptr(), dd.normed.ptr(), t * h))?;
@@ -1325,9 +1329,9 @@ impl CudaModel {
         let dev = &self.ranks[0].dev;
         let dst = (slot * g.max_ctx + cache_len) * kvw;
         dev.copy_d2d(dd.cache_k.ptr_at(dst), dd.k.ptr_at(row0 * kvw), n * kvw * 4)
-            .map_err(cerr)?;
+            .map_err(EngineError::Cuda)?;
         dev.copy_d2d(dd.cache_v.ptr_at(dst), dd.v.ptr_at(row0 * kvw), n * kvw * 4)
-            .map_err(cerr)?;
+            .map_err(EngineError::Cuda)?;
         Ok(())
     }
 
@@ -1347,16 +1351,16 @@ impl CudaModel {
         let dev = &self.ranks[0].dev;
         let dst = (slot * dd.g.max_cands + cand) * kvw;
         dev.copy_d2d(dd.pool_k.ptr_at(dst), dd.k.ptr_at(row * kvw), kvw * 4)
-            .map_err(cerr)?;
+            .map_err(EngineError::Cuda)?;
         dev.copy_d2d(dd.pool_v.ptr_at(dst), dd.v.ptr_at(row * kvw), kvw * 4)
-            .map_err(cerr)?;
+            .map_err(EngineError::Cuda)?;
         Ok(())
     }
 
     /// Waits for every rank's stream.
     pub fn sync(&self) -> Result<()> {
         for r in &self.ranks {
-            r.dev.sync().map_err(cerr)?;
+            r.dev.sync().map_err(EngineError::Cuda)?;
         }
         Ok(())
     }
@@ -1367,11 +1371,11 @@ fn reduce_add(g: &Geo, ranks: &[Rank], t: usize) -> Result<()> {
     let n = t * g.h;
     if ranks.len() == 1 {
         let r = &ranks[0];
-        return ops::add(&r.dev, r.b.x.ptr(), r.b.part.ptr(), n).map_err(cerr);
+        return ops::add(&r.dev, r.b.x.ptr(), r.b.part.ptr(), n).map_err(EngineError::Cuda);
     }
     // world > 1: BF16 all-reduce (kbench-cuda's TpComm), then add
     for r in ranks {
-        ops::to_bf16(&r.dev, r.b.part.ptr(), r.b.partb.ptr(), n).map_err(cerr)?;
+        ops::to_bf16(&r.dev, r.b.part.ptr(), r.b.partb.ptr(), n).map_err(EngineError::Cuda)?;
     }
     reduce_add_bf16(g, ranks, t)
 }
@@ -1380,16 +1384,16 @@ fn reduce_add(g: &Geo, ranks: &[Rank], t: usize) -> Result<()> {
 fn reduce_add_bf16(g: &Geo, ranks: &[Rank], t: usize) -> Result<()> {
     let n = t * g.h;
     if ranks.len() > 1 {
-        comm::group_start().map_err(cerr)?;
+        comm::group_start().map_err(EngineError::Cuda)?;
         for r in ranks {
             r.comm
                 .all_reduce_bf16(&r.dev, r.b.partb.ptr(), n)
-                .map_err(cerr)?;
+                .map_err(EngineError::Cuda)?;
         }
-        comm::group_end().map_err(cerr)?;
+        comm::group_end().map_err(EngineError::Cuda)?;
     }
     for r in ranks {
-        ops::add_bf16(&r.dev, r.b.x.ptr(), r.b.partb.ptr(), n).map_err(cerr)?;
+        ops::add_bf16(&r.dev, r.b.x.ptr(), r.b.partb.ptr(), n).map_err(EngineError::Cuda)?;
     }
     Ok(())
 }
@@ -1405,7 +1409,7 @@ fn hn_to_bf16(g: &Geo, r: &Rank, t: usize) -> Result<()> {
         return Ok(());
     }
     let tb = tuned_bufs(&r.b)?;
-    ops::to_bf16(&r.dev, r.b.hn.ptr(), tb.hnb.ptr(), t * g.h).map_err(cerr)
+    ops::to_bf16(&r.dev, r.b.hn.ptr(), tb.hnb.ptr(), t * g.h).map_err(EngineError::Cuda)
 }
 
 /// y (f32, row stride `ldy`) = lin(hn): exact on the f32 `hn`, tuned on its bf16 copy `hnb`.
@@ -1433,7 +1437,7 @@ fn lin_hn(g: &Geo, r: &Rank, l: &DLin, y: u64, ldy: usize, t: usize) -> Result<(
 fn lin_f32(g: &Geo, r: &Rank, l: &DLin, x: u64, y: u64, ldy: usize, m: usize) -> Result<()> {
     if g.tuned {
         let tb = tuned_bufs(&r.b)?;
-        ops::to_bf16(&r.dev, x, tb.xb.ptr(), m * l.inp).map_err(cerr)?;
+        ops::to_bf16(&r.dev, x, tb.xb.ptr(), m * l.inp).map_err(EngineError::Cuda)?;
         l.run_tuned(
             &r.dev,
             tb.xb.ptr(),
@@ -1465,7 +1469,8 @@ fn ffn_fwd(g: &Geo, r: &Rank, f: &DFfn, t: usize, accum: bool, bf16_out: bool) -
                 "tuned MLP cannot accumulate into its output".into(),
             ));
         }
-        ops::silu_mul_bf16(d, b.g.ptr(), b.u.ptr(), tb.actb.ptr(), t * il).map_err(cerr)?;
+        ops::silu_mul_bf16(d, b.g.ptr(), b.u.ptr(), tb.actb.ptr(), t * il)
+            .map_err(EngineError::Cuda)?;
         let (y, y_f32) = if bf16_out {
             (tb.shb.ptr(), false)
         } else {
@@ -1474,7 +1479,7 @@ fn ffn_fwd(g: &Geo, r: &Rank, f: &DFfn, t: usize, accum: bool, bf16_out: bool) -
         f.down
             .run_tuned(d, tb.actb.ptr(), il, y, h, y_f32, t, tb.blas(), tb.ws())
     } else {
-        ops::silu_mul(d, b.g.ptr(), b.u.ptr(), b.act.ptr(), t * il).map_err(cerr)?;
+        ops::silu_mul(d, b.g.ptr(), b.u.ptr(), b.act.ptr(), t * il).map_err(EngineError::Cuda)?;
         f.down.run(d, b.act.ptr(), il, b.part.ptr(), h, t, accum)
     }
 }
@@ -1489,7 +1494,7 @@ fn moe_exact(
     t: usize,
 ) -> Result<()> {
     let (d, b, h) = (&r.dev, &r.b, g.h);
-    let e = |x: kbench_cuda::Result<()>| x.map_err(cerr);
+    let e = |x: kbench_cuda::Result<()>| x.map_err(EngineError::Cuda);
     let route = g
         .route
         .ok_or_else(|| EngineError::Unsupported("MoE layer without router dims".into()))?;
@@ -1614,7 +1619,7 @@ fn moe_tuned(
         tb.blas(),
         tb.ws(),
     )?;
-    kops::moe_route(d, &cfg, b.rl.ptr(), bias, t, sc).map_err(cerr)?;
+    kops::moe_route(d, &cfg, b.rl.ptr(), bias, t, sc).map_err(EngineError::Cuda)?;
     if x.eloc != cfg.n_experts {
         ops::moe_local_ids(
             d,
@@ -1626,7 +1631,7 @@ fn moe_tuned(
             x.e0,
             x.eloc,
         )
-        .map_err(cerr)?;
+        .map_err(EngineError::Cuda)?;
     }
     let shared_p = match shared {
         Some(f) => {
@@ -1659,7 +1664,7 @@ fn moe_tuned(
         b.partb.ptr(),
         h,
     )
-    .map_err(cerr)
+    .map_err(EngineError::Cuda)
 }
 
 /// The device part of a target pass over `t` tokens whose metadata is already in the
@@ -1669,7 +1674,7 @@ fn device_forward(g: &Geo, ranks: &[Rank], t: usize, nrows: usize, gather: bool)
     let h = g.h;
     let hl = g.hl();
     let (qd, width, rank) = (g.qd(), g.width(), g.rank);
-    let e = |x: kbench_cuda::Result<()>| x.map_err(cerr);
+    let e = |x: kbench_cuda::Result<()>| x.map_err(EngineError::Cuda);
     for r in ranks {
         e(ops::embed(
             &r.dev,

@@ -9,7 +9,7 @@
 use kbench_core::arch::{DraftArch, ModelArch};
 use kbench_cuda::{CudaDevice, DBuf};
 
-use super::{cerr, ops};
+use super::ops;
 use crate::error::{EngineError, Result};
 use crate::st::WeightStore;
 
@@ -63,7 +63,7 @@ impl DLin {
                 accum,
             ),
         }
-        .map_err(cerr)
+        .map_err(EngineError::Cuda)
     }
 
     /// y[m, :out] = x[m, :inp] W^T through kbench-cuda's tuned matmuls: `x` bf16 (16-byte
@@ -122,7 +122,7 @@ impl DLin {
                 )))
             }
         }
-        .map_err(cerr)
+        .map_err(EngineError::Cuda)
     }
 }
 
@@ -236,11 +236,11 @@ pub(crate) fn vocab_slice(v: usize, w: usize, r: usize) -> (usize, usize) {
 }
 
 fn up16(dev: &CudaDevice, v: &[u16]) -> Result<DBuf<u16>> {
-    dev.upload(v).map_err(cerr)
+    dev.upload(v).map_err(EngineError::Cuda)
 }
 
 fn upf(dev: &CudaDevice, v: &[f32]) -> Result<DBuf<f32>> {
-    dev.upload(v).map_err(cerr)
+    dev.upload(v).map_err(EngineError::Cuda)
 }
 
 fn rows<T: Copy>(all: &[T], inp: usize, r0: usize, n: usize) -> Vec<T> {
@@ -361,11 +361,12 @@ fn put_int4(
     let (nq, ns) = (out * inp / 8, out * inp / group);
     let wq = ws.words(&format!("{name}.weight_packed"), &[out, inp / 8])?;
     let sc = ws.bf16s(&format!("{name}.weight_scale"), &[out, inp / group])?;
-    let tq = dev.upload(wq.as_slice()).map_err(cerr)?;
-    let ts = dev.upload(sc.as_slice()).map_err(cerr)?;
+    let tq = dev.upload(wq.as_slice()).map_err(EngineError::Cuda)?;
+    let ts = dev.upload(sc.as_slice()).map_err(EngineError::Cuda)?;
     dev.copy_d2d(q.ptr_at(qoff), tq.ptr(), nq * 4)
-        .map_err(cerr)?;
-    dev.copy_d2d(s.ptr_at(soff), ts.ptr(), ns * 2).map_err(cerr)
+        .map_err(EngineError::Cuda)?;
+    dev.copy_d2d(s.ptr_at(soff), ts.ptr(), ns * 2)
+        .map_err(EngineError::Cuda)
 }
 
 /// Stacks one INT4 projection of the local experts: `[eloc, out, inp/8]` + scales.
@@ -382,8 +383,8 @@ fn stack_int4(
     group: usize,
 ) -> Result<(DBuf<u32>, DBuf<u16>)> {
     let (nq, ns) = (out * inp / 8, out * inp / group);
-    let q = dev.alloc::<u32>(eloc * nq).map_err(cerr)?;
-    let s = dev.alloc::<u16>(eloc * ns).map_err(cerr)?;
+    let q = dev.alloc::<u32>(eloc * nq).map_err(EngineError::Cuda)?;
+    let s = dev.alloc::<u16>(eloc * ns).map_err(EngineError::Cuda)?;
     for j in 0..eloc {
         let name = format!("{mp}.experts.{}.{proj}", e0 + j);
         put_int4(dev, ws, &name, out, inp, group, &q, j * nq, &s, j * ns)?;
@@ -404,14 +405,14 @@ fn stack_bf16(
     inp: usize,
 ) -> Result<DBuf<u16>> {
     let n = out * inp;
-    let b = dev.alloc::<u16>(eloc * n).map_err(cerr)?;
+    let b = dev.alloc::<u16>(eloc * n).map_err(EngineError::Cuda)?;
     for j in 0..eloc {
         let name = format!("{mp}.experts.{}.{proj}.weight", e0 + j);
         let t = dev
             .upload(ws.bf16s(&name, &[out, inp])?.as_slice())
-            .map_err(cerr)?;
+            .map_err(EngineError::Cuda)?;
         dev.copy_d2d(b.ptr_at(j * n), t.ptr(), n * 2)
-            .map_err(cerr)?;
+            .map_err(EngineError::Cuda)?;
     }
     Ok(b)
 }
@@ -431,8 +432,8 @@ fn stack_fused(
 ) -> Result<ExpertW> {
     // one projection of one expert: [mi, h/8] words and [mi, h/group] scales
     let (nq, ns) = (mi * h / 8, mi * h / group);
-    let w13 = dev.alloc::<u32>(eloc * 2 * nq).map_err(cerr)?;
-    let s13 = dev.alloc::<u16>(eloc * 2 * ns).map_err(cerr)?;
+    let w13 = dev.alloc::<u32>(eloc * 2 * nq).map_err(EngineError::Cuda)?;
+    let s13 = dev.alloc::<u16>(eloc * 2 * ns).map_err(EngineError::Cuda)?;
     for j in 0..eloc {
         let ep = format!("{mp}.experts.{}", e0 + j);
         let (q0, s0) = (j * 2 * nq, j * 2 * ns);
