@@ -58,7 +58,12 @@ fn url(addr: &str) -> String {
 }
 
 fn run(backend: &mut dyn kbench_core::backend::Backend, exp: &Experiment) -> Vec<LevelResult> {
-    run_levels(backend, &LoadPlan::from_experiment(exp), &mut NoProgress).unwrap()
+    run_levels(
+        backend,
+        &LoadPlan::from_experiment(exp).keeping_records(),
+        &mut NoProgress,
+    )
+    .unwrap()
 }
 
 #[test]
@@ -267,7 +272,7 @@ fn a_server_that_runs_other_settings_or_is_not_there_stops_the_run_clearly() {
     let mut http = kbench_http::open(&exp).unwrap();
     let err = run_levels(
         http.as_mut(),
-        &LoadPlan::from_experiment(&exp),
+        &LoadPlan::from_experiment(&exp).keeping_records(),
         &mut NoProgress,
     )
     .unwrap_err();
@@ -284,7 +289,7 @@ fn a_server_that_runs_other_settings_or_is_not_there_stops_the_run_clearly() {
     );
     assert!(run_levels(
         kbench_http::open(&exp).unwrap().as_mut(),
-        &LoadPlan::from_experiment(&exp),
+        &LoadPlan::from_experiment(&exp).keeping_records(),
         &mut NoProgress
     )
     .is_ok());
@@ -300,7 +305,7 @@ fn a_server_that_runs_other_settings_or_is_not_there_stops_the_run_clearly() {
     let started = std::time::Instant::now();
     let err = run_levels(
         kbench_http::open(&exp).unwrap().as_mut(),
-        &LoadPlan::from_experiment(&exp),
+        &LoadPlan::from_experiment(&exp).keeping_records(),
         &mut NoProgress,
     )
     .unwrap_err();
@@ -340,7 +345,7 @@ fn the_api_key_comes_from_the_environment_and_never_shows() {
     let exp = load(&path, &sets);
     let err = run_levels(
         kbench_http::open(&exp).unwrap().as_mut(),
-        &LoadPlan::from_experiment(&exp),
+        &LoadPlan::from_experiment(&exp).keeping_records(),
         &mut NoProgress,
     )
     .unwrap_err();
@@ -497,7 +502,7 @@ fn a_server_killed_mid_level_stops_the_run_with_the_finished_levels_kept() {
     let started = std::time::Instant::now();
     let run = kbench_core::harness::run_levels_until_stopped(
         http.as_mut(),
-        &LoadPlan::from_experiment(&exp),
+        &LoadPlan::from_experiment(&exp).keeping_records(),
         &mut KillMidLevel {
             server: Some(server),
             second: 3,
@@ -885,7 +890,7 @@ fn http_runs_rate_levels_with_drawn_lengths_and_a_shared_prefix() {
         "workload.shared_prefix_len=4".to_string(),
     ];
     let exp = load(&path, &sets);
-    let plan = LoadPlan::from_experiment(&exp);
+    let plan = LoadPlan::from_experiment(&exp).keeping_records();
     let levels = run(kbench_http::open(&exp).unwrap().as_mut(), &exp);
     assert_eq!(levels.len(), 2);
     for l in &levels {

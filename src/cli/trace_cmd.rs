@@ -223,7 +223,7 @@ fn record_live(a: super::args::TraceRecordArgs) -> CliResult<()> {
     }
     super::interrupt::install();
     let mut backend = super::backends::make_backend(exp)?;
-    let plan = kbench_core::harness::LoadPlan::from_experiment(exp);
+    let plan = kbench_core::harness::LoadPlan::from_experiment(exp).keeping_records();
     let mut progress =
         super::progress::LevelProgress::new(format!("record {}", exp.file.name), false);
     let levels = kbench_core::harness::run_levels(backend.as_mut(), &plan, &mut progress)

@@ -12,18 +12,47 @@ use crate::seed::rng_for;
 /// When each of `n` requests arrives, from 0: the first at its first gap (as vLLM's
 /// generator sleeps before each request), all at 0 for an infinite rate.
 pub fn arrival_times(seed: u64, level: u64, n: u32, rate: f64, burstiness: f64) -> Vec<Nanos> {
-    if rate.is_infinite() {
-        return vec![0; n as usize];
+    Arrivals::new(seed, level, n, rate, burstiness).collect()
+}
+
+/// [`arrival_times`] drawn one at a time, so a level of millions of requests does not hold
+/// them all.
+pub struct Arrivals {
+    rng: ChaCha8Rng,
+    left: u32,
+    /// `None` for an infinite rate: every request arrives at 0.
+    scale: Option<f64>,
+    burstiness: f64,
+    t: f64,
+}
+
+impl Arrivals {
+    pub fn new(seed: u64, level: u64, n: u32, rate: f64, burstiness: f64) -> Arrivals {
+        Arrivals {
+            rng: rng_for(seed, "arrivals", level),
+            left: n,
+            scale: (!rate.is_infinite()).then(|| 1.0 / (rate * burstiness)),
+            burstiness,
+            t: 0.0,
+        }
     }
-    let mut rng = rng_for(seed, "arrivals", level);
-    let scale = 1.0 / (rate * burstiness);
-    let mut t = 0.0f64;
-    (0..n)
-        .map(|_| {
-            t += gamma(&mut rng, burstiness) * scale;
-            (t * 1e9).round() as Nanos
-        })
-        .collect()
+}
+
+impl Iterator for Arrivals {
+    type Item = Nanos;
+
+    fn next(&mut self) -> Option<Nanos> {
+        self.left = self.left.checked_sub(1)?;
+        let Some(scale) = self.scale else {
+            return Some(0);
+        };
+        self.t += gamma(&mut self.rng, self.burstiness) * scale;
+        Some((self.t * 1e9).round() as Nanos)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
 }
 
 /// A gamma(shape, 1) draw (Marsaglia and Tsang; shape < 1 by the boost u^(1/shape)).

@@ -1,21 +1,27 @@
-//! What a run keeps in host memory, estimated before it starts. Every level's records stay
-//! until the report is written (each output token's timestamp and each round's commit), so
-//! a run sized past the machine is refused at load time instead of being killed by the
-//! kernel hours in.
+//! What a run keeps in host memory, estimated before it starts. A level's metrics are
+//! folded as its requests finish (see [`crate::distribution`]), so what grows is the
+//! requests in flight, each holding its tokens' timestamps and its rounds' commits until
+//! it finishes; a run sized past the machine is refused at load time instead of being
+//! killed by the kernel hours in.
 
-/// Bytes a record keeps per output token: its timestamp (8), its round's share of the
-/// commits, and what growing the vectors leaves spare; measured at about 20 over a
-/// 100,000-request level.
+/// Bytes an unfinished request keeps per output token: its timestamp (8), its round's
+/// share of the commits, and what growing the vectors leaves spare; measured at about 20
+/// over a 100,000-request level.
 pub const BYTES_PER_OUTPUT_TOKEN: u64 = 20;
-/// Bytes a record keeps whatever its length: the record and its vectors' headers.
+/// Bytes a request keeps whatever its length: the record and its vectors' headers.
 pub const BYTES_PER_REQUEST: u64 = 256;
+/// What a level's statistics can hold at most, whatever its size: each of the five
+/// distributions' exact values before its histogram takes over.
+pub const LEVEL_STATISTICS_BYTES: u64 = 5 * 8 * crate::distribution::EXACT_LIMIT as u64;
 
-/// Records kept by `levels` levels of `requests` requests (warm-up included) of up to
-/// `output_tokens` tokens each.
-pub fn records_bytes(levels: u64, requests: u64, output_tokens: u64) -> u64 {
+/// Memory a level holds with `in_flight` requests of up to `output_tokens` tokens each
+/// unfinished at once.
+pub fn level_bytes(in_flight: u64, output_tokens: u64) -> u64 {
     let per_request =
         BYTES_PER_REQUEST.saturating_add(BYTES_PER_OUTPUT_TOKEN.saturating_mul(output_tokens));
-    levels.saturating_mul(requests).saturating_mul(per_request)
+    in_flight
+        .saturating_mul(per_request)
+        .saturating_add(LEVEL_STATISTICS_BYTES)
 }
 
 /// Memory the system says it can give without swapping (Linux's `MemAvailable`), read once
@@ -47,11 +53,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_estimate_is_per_token_and_saturates() {
-        // the 100,000 x 200-token level: about 400 MB
-        let one = records_bytes(1, 100_000, 200);
-        assert!((400_000_000..=430_000_000).contains(&one), "{one}");
-        assert_eq!(records_bytes(7, u64::MAX, 200), u64::MAX);
+    fn the_estimate_is_per_request_in_flight_and_saturates() {
+        // 100,000 requests of 200 tokens in flight at once: about 400 MB, plus the level's
+        // statistics
+        let many = level_bytes(100_000, 200) - LEVEL_STATISTICS_BYTES;
+        assert!((400_000_000..=430_000_000).contains(&many), "{many}");
+        // the size of the level no longer counts: eight in flight are a few kB
+        assert!(level_bytes(8, 200) - LEVEL_STATISTICS_BYTES < 50_000);
+        assert_eq!(level_bytes(u64::MAX, 200), u64::MAX);
         assert_eq!(human(425_600_000), "426 MB");
         assert_eq!(human(40_051_200_000), "40.1 GB");
     }

@@ -1,7 +1,8 @@
 //! Levels, warm-up and closed-loop clients, written once for every backend.
 
 use crate::backend::{Backend, BackendError, Nanos, Request, RequestRecord, Session};
-use crate::metrics::{level_metrics, LevelMetrics};
+use crate::distribution::Distribution;
+use crate::metrics::{LevelAccumulator, LevelMetrics};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadPlan {
@@ -16,6 +17,10 @@ pub struct LoadPlan {
     pub burstiness: f64,
     /// At a rate level, the most requests in flight; the rest wait at the client.
     pub max_concurrency: Option<u32>,
+    /// Whether each level keeps its requests' records (every token's timestamp) beside its
+    /// metrics: for recording a trace and for tests. Off, a level's memory does not grow
+    /// with its requests.
+    pub keep_records: bool,
 }
 
 impl LoadPlan {
@@ -30,6 +35,15 @@ impl LoadPlan {
             request_rates: exp.request_rates.clone(),
             burstiness: exp.burstiness,
             max_concurrency: exp.max_concurrency,
+            keep_records: false,
+        }
+    }
+
+    /// The same load, keeping every level's records.
+    pub fn keeping_records(self) -> LoadPlan {
+        LoadPlan {
+            keep_records: true,
+            ..self
         }
     }
 }
@@ -47,6 +61,7 @@ impl Progress for NoProgress {}
 #[derive(Debug, Clone)]
 pub struct LevelResult {
     pub concurrency: u32,
+    /// Empty unless the plan keeps records ([`LoadPlan::keeping_records`]).
     pub records: Vec<RequestRecord>,
     pub metrics: LevelMetrics,
 }
@@ -146,7 +161,10 @@ struct LevelRun<'s, 'p> {
     /// The level's name for progress (clients, or a rate level's cap).
     label: u32,
     total: u32,
-    records: Vec<RequestRecord>,
+    finished: u32,
+    metrics: LevelAccumulator,
+    /// Kept only when the plan asks.
+    records: Option<Vec<RequestRecord>>,
     in_flight: u32,
 }
 
@@ -179,9 +197,13 @@ impl LevelRun<'_, '_> {
 
     fn finished(&mut self, record: RequestRecord) {
         self.in_flight -= 1;
-        self.records.push(record);
+        self.finished += 1;
+        self.metrics.add(&record);
+        if let Some(records) = &mut self.records {
+            records.push(record);
+        }
         self.progress
-            .request_finished(self.label, self.records.len() as u32, self.total);
+            .request_finished(self.label, self.finished, self.total);
     }
 
     /// `count` requests (ids under `key`) from `clients` closed-loop clients, each sending
@@ -211,12 +233,12 @@ impl LevelRun<'_, '_> {
         Ok(())
     }
 
-    fn end(mut self, metrics_of: impl FnOnce(&[RequestRecord]) -> LevelMetrics) -> LevelResult {
+    fn end(mut self, metrics_of: impl FnOnce(LevelAccumulator) -> LevelMetrics) -> LevelResult {
         let server_spec = self.session.server_counters();
         let kv = self.session.kv_cache();
         drop(self.session);
         self.progress.level_finished(self.label);
-        let mut metrics = metrics_of(&self.records);
+        let mut metrics = metrics_of(self.metrics);
         metrics.server_spec = server_spec;
         if let Some(kv) = kv {
             metrics.kv_cache_tokens = Some(kv.capacity_tokens);
@@ -225,7 +247,7 @@ impl LevelRun<'_, '_> {
         }
         LevelResult {
             concurrency: self.label,
-            records: self.records,
+            records: self.records.unwrap_or_default(),
             metrics,
         }
     }
@@ -247,7 +269,11 @@ fn start<'s, 'p>(
         progress,
         label,
         total,
-        records: Vec::with_capacity(total as usize),
+        finished: 0,
+        metrics: LevelAccumulator::default(),
+        records: plan
+            .keep_records
+            .then(|| Vec::with_capacity(total as usize)),
         in_flight: 0,
     })
 }
@@ -262,7 +288,7 @@ fn run_level(
     level.closed_loop(plan, c, c, true, plan.warmup_requests)?;
     level.session.measured_started();
     level.closed_loop(plan, c, c, false, plan.requests_per_level)?;
-    Ok(level.end(|records| level_metrics(c, records)))
+    Ok(level.end(|metrics| metrics.finish(c)))
 }
 
 /// The id space of a rate level: its requests' ids must differ from every concurrency
@@ -290,57 +316,64 @@ fn run_rate_level(
     level.closed_loop(plan, key, warm_clients, true, plan.warmup_requests)?;
     level.session.measured_started();
     let origin = level.session.now_ns();
-    let arrivals = crate::arrivals::arrival_times(
+    let mut arrivals = crate::arrivals::Arrivals::new(
         plan.seed,
         key as u64,
         plan.requests_per_level,
         rate,
         plan.burstiness,
-    );
+    )
+    .map(|t| origin + t)
+    .peekable();
     // requests sent the moment they arrived: their times count from the arrival, which may
     // fall inside the forward the session was running then (the server's wait, not the
     // client's)
     let mut arrived_at: std::collections::HashMap<u64, Nanos> = Default::default();
     // (index, arrival, whether every slot was taken when it arrived)
     let mut waiting: std::collections::VecDeque<(u32, Nanos, bool)> = Default::default();
+    // how many at the front of `waiting` were already there the last time slots ran out:
+    // they waited at the client whatever they found on arrival
+    let mut waited_before = 0usize;
     let mut full = false;
-    let mut queue_delays_ns = Vec::with_capacity(arrivals.len());
+    let mut queue_delay_ms = Distribution::default();
     let mut max_in_flight = 0u32;
-    let mut arrived = 0usize;
+    let mut arrived = 0u32;
     loop {
         let now = level.session.now_ns();
-        while arrived < arrivals.len() && origin + arrivals[arrived] <= now {
-            waiting.push_back((arrived as u32, origin + arrivals[arrived], full));
+        while let Some(at) = arrivals.next_if(|&at| at <= now) {
+            waiting.push_back((arrived, at, full));
             arrived += 1;
         }
         while level.in_flight < cap {
-            let Some((index, at, waited)) = waiting.pop_front() else {
+            let Some((index, at, full_on_arrival)) = waiting.pop_front() else {
                 break;
             };
+            let waited = full_on_arrival || waited_before > 0;
+            waited_before = waited_before.saturating_sub(1);
             let request = make_request(plan, key, index, false);
             if waited {
-                queue_delays_ns.push(now.saturating_sub(at));
+                queue_delay_ms.push(now.saturating_sub(at) as f64 / 1e6);
             } else {
                 // a slot was free when it arrived: no wait at the client
-                queue_delays_ns.push(0);
+                queue_delay_ms.push(0.0);
                 arrived_at.insert(request.id, at);
             }
             level.submit(request)?;
             max_in_flight = max_in_flight.max(level.in_flight);
         }
-        if arrived == arrivals.len() && waiting.is_empty() && level.in_flight == 0 {
+        let next_arrival = arrivals.peek().copied();
+        if next_arrival.is_none() && waiting.is_empty() && level.in_flight == 0 {
             break;
         }
         full = level.in_flight >= cap;
-        for w in waiting.iter_mut() {
-            w.2 = true;
-        }
-        let finished = if arrived < arrivals.len() && !full {
-            let f = level.session.advance_to(origin + arrivals[arrived])?;
-            level.check_interrupt()?;
-            f
-        } else {
-            level.wait()?
+        waited_before = waiting.len();
+        let finished = match next_arrival {
+            Some(at) if !full => {
+                let f = level.session.advance_to(at)?;
+                level.check_interrupt()?;
+                f
+            }
+            _ => level.wait()?,
         };
         for mut r in finished {
             if let Some(at) = arrived_at.remove(&r.id) {
@@ -349,15 +382,15 @@ fn run_rate_level(
             level.finished(r);
         }
     }
-    queue_delays_ns.sort_unstable();
-    let ms: Vec<f64> = queue_delays_ns.iter().map(|&d| d as f64 / 1e6).collect();
-    Ok(level.end(|records| {
-        let mut m = level_metrics(label, records);
+    let queue_delay = queue_delay_ms.summary();
+    Ok(level.end(|metrics| {
+        let mut m = metrics.finish(label);
         m.request_rate = Some(rate);
         m.max_concurrent_requests = Some(max_in_flight);
-        m.mean_queue_delay_ms = Some(ms.iter().sum::<f64>() / ms.len().max(1) as f64);
-        m.median_queue_delay_ms = Some(crate::metrics::percentile(&ms, 50.0));
-        m.p99_queue_delay_ms = Some(crate::metrics::percentile(&ms, 99.0));
+        m.mean_queue_delay_ms = Some(queue_delay.mean);
+        m.median_queue_delay_ms = Some(queue_delay.median);
+        m.p99_queue_delay_ms = Some(queue_delay.p99);
+        m.percentiles = m.percentiles.and(&queue_delay);
         m
     }))
 }

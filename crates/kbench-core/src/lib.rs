@@ -6,6 +6,7 @@ pub mod arrivals;
 pub mod atomic;
 pub mod backend;
 pub mod compare;
+pub mod distribution;
 pub mod footprint;
 pub mod harness;
 pub mod input;

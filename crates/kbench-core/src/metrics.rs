@@ -10,9 +10,14 @@
 //! - accept_length: committed tokens / verify rounds over measured requests (SGLang's
 //!   "accept len", bonus token included); None without speculation.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
-use crate::backend::RequestRecord;
+use crate::backend::{Nanos, RequestRecord};
+use crate::distribution::{Distribution, Summary};
+
+pub use crate::distribution::percentile;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LevelMetrics {
@@ -69,6 +74,9 @@ pub struct LevelMetrics {
     pub mean_e2e_latency_ms: f64,
     pub median_e2e_latency_ms: f64,
     pub p99_e2e_latency_ms: f64,
+    /// Whether the percentiles above (and the queueing delay's) are exact.
+    #[serde(default)]
+    pub percentiles: Percentiles,
     /// The KV pool in tokens per GPU, and the largest share of it in use during the level
     /// (warm-up included), where the backend knows them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,154 +95,191 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+/// The metrics of a level's records, held all at once (a test, a recorded trace).
 pub fn level_metrics(concurrency: u32, records: &[RequestRecord]) -> LevelMetrics {
-    let measured: Vec<&RequestRecord> = records
-        .iter()
-        .filter(|r| !r.warmup && r.error.is_none())
-        .collect();
-    let failures: Vec<&RequestRecord> = records
-        .iter()
-        .filter(|r| !r.warmup && r.error.is_some())
-        .collect();
-    let mut errors: Vec<String> = failures.iter().filter_map(|r| r.error.clone()).collect();
-    errors.sort();
-    errors.dedup();
-    let start = measured.iter().map(|r| r.submitted_ns).min().unwrap_or(0);
-    let end = measured.iter().map(|r| r.finished_ns()).max().unwrap_or(0);
-    let duration_s = end.saturating_sub(start) as f64 / 1e9;
-    let total_input_tokens: u64 = measured.iter().map(|r| r.input_len as u64).sum();
-    let total_output_tokens: u64 = measured.iter().map(|r| r.output_tokens() as u64).sum();
-    let requested: u64 = measured.iter().map(|r| r.requested_tokens as u64).sum();
-    let requested_output_tokens = (requested != total_output_tokens).then_some(requested);
-    let num_retractions = measured.iter().any(|r| r.retractions.is_some()).then(|| {
-        measured
-            .iter()
-            .filter_map(|r| r.retractions)
-            .map(u64::from)
-            .sum()
-    });
-    let rate = |x: f64| {
-        if duration_s > 0.0 {
-            x / duration_s
-        } else {
-            0.0
-        }
-    };
+    let mut level = LevelAccumulator::default();
+    records.iter().for_each(|r| level.add(r));
+    level.finish(concurrency)
+}
 
-    let mut ttft = Vec::with_capacity(measured.len());
-    let mut tpot = Vec::new();
-    let mut itl = Vec::new();
-    let mut e2e = Vec::with_capacity(measured.len());
-    let mut per_request = Vec::with_capacity(measured.len());
-    let (mut committed, mut rounds) = (0u64, 0u64);
-    for r in &measured {
+/// A level's metrics folded one finished request at a time, so a level's memory does not
+/// grow with its requests or their tokens (see [`crate::distribution`]).
+#[derive(Debug, Clone, Default)]
+pub struct LevelAccumulator {
+    completed: u32,
+    failed: u32,
+    errors: BTreeSet<String>,
+    first_submitted: Option<Nanos>,
+    last_finished: Nanos,
+    input_tokens: u64,
+    output_tokens: u64,
+    requested_tokens: u64,
+    retractions: Option<u64>,
+    ttft: Distribution,
+    tpot: Distribution,
+    itl: Distribution,
+    e2e: Distribution,
+    /// Only the mean is reported, summed in the order requests finished.
+    per_request_sum: f64,
+    per_request_count: u64,
+    committed: u64,
+    rounds: u64,
+}
+
+impl LevelAccumulator {
+    /// Counts one finished request; warm-up requests are left out.
+    pub fn add(&mut self, r: &RequestRecord) {
+        if r.warmup {
+            return;
+        }
+        if let Some(e) = &r.error {
+            self.failed += 1;
+            if !self.errors.contains(e) {
+                self.errors.insert(e.clone());
+            }
+            return;
+        }
+        self.completed += 1;
+        self.first_submitted = Some(
+            self.first_submitted
+                .map_or(r.submitted_ns, |t| t.min(r.submitted_ns)),
+        );
+        self.last_finished = self.last_finished.max(r.finished_ns());
+        self.input_tokens += r.input_len as u64;
+        self.output_tokens += r.output_tokens() as u64;
+        self.requested_tokens += r.requested_tokens as u64;
+        if let Some(n) = r.retractions {
+            *self.retractions.get_or_insert(0) += u64::from(n);
+        }
         let Some(&first) = r.token_times_ns.first() else {
-            continue;
+            return;
         };
         let last = r.finished_ns();
-        ttft.push((first - r.submitted_ns) as f64 / MS);
+        self.ttft.push((first - r.submitted_ns) as f64 / MS);
         let e2e_ns = last - r.submitted_ns;
-        e2e.push(e2e_ns as f64 / MS);
+        self.e2e.push(e2e_ns as f64 / MS);
         if e2e_ns > 0 {
-            per_request.push(r.output_tokens() as f64 / (e2e_ns as f64 / 1e9));
+            self.per_request_sum += r.output_tokens() as f64 / (e2e_ns as f64 / 1e9);
+            self.per_request_count += 1;
         }
         if r.token_times_ns.len() > 1 {
-            tpot.push((last - first) as f64 / MS / (r.token_times_ns.len() - 1) as f64);
+            self.tpot
+                .push((last - first) as f64 / MS / (r.token_times_ns.len() - 1) as f64);
         }
         let mut prev = first;
         for &t in &r.token_times_ns[1..] {
             if t != prev {
-                itl.push((t - prev) as f64 / MS);
+                self.itl.push((t - prev) as f64 / MS);
                 prev = t;
             }
         }
         match (r.round_commits.is_empty(), r.reported_rounds) {
             (true, Some(n)) => {
-                committed += r.output_tokens().saturating_sub(1) as u64;
-                rounds += n as u64;
+                self.committed += r.output_tokens().saturating_sub(1) as u64;
+                self.rounds += n as u64;
             }
             _ => {
-                committed += r.round_commits.iter().map(|&c| c as u64).sum::<u64>();
-                rounds += r.round_commits.len() as u64;
+                self.committed += r.round_commits.iter().map(|&c| c as u64).sum::<u64>();
+                self.rounds += r.round_commits.len() as u64;
             }
         }
     }
-    let s = |v: &mut Vec<f64>| Summary::of(v);
-    let (ttft, tpot, itl, e2e) = (s(&mut ttft), s(&mut tpot), s(&mut itl), s(&mut e2e));
-    LevelMetrics {
-        concurrency,
-        completed: measured.len() as u32,
-        failed: failures.len() as u32,
-        errors,
-        duration_s,
-        total_input_tokens,
-        total_output_tokens,
-        requested_output_tokens,
-        num_retractions,
-        request_throughput: rate(measured.len() as f64),
-        input_throughput: rate(total_input_tokens as f64),
-        output_throughput: rate(total_output_tokens as f64),
-        per_request_output_throughput: mean(&per_request),
-        accept_length: (rounds > 0).then(|| committed as f64 / rounds as f64),
-        verify_rounds: rounds,
-        mean_ttft_ms: ttft.mean,
-        median_ttft_ms: ttft.median,
-        p99_ttft_ms: ttft.p99,
-        mean_tpot_ms: tpot.mean,
-        median_tpot_ms: tpot.median,
-        p99_tpot_ms: tpot.p99,
-        mean_itl_ms: itl.mean,
-        median_itl_ms: itl.median,
-        p99_itl_ms: itl.p99,
-        mean_e2e_latency_ms: e2e.mean,
-        median_e2e_latency_ms: e2e.median,
-        p99_e2e_latency_ms: e2e.p99,
-        kv_cache_tokens: None,
-        peak_kv_cache_usage: None,
-        server_spec: None,
-        request_rate: None,
-        max_concurrent_requests: None,
-        mean_queue_delay_ms: None,
-        median_queue_delay_ms: None,
-        p99_queue_delay_ms: None,
-    }
-}
 
-struct Summary {
-    mean: f64,
-    median: f64,
-    p99: f64,
-}
-
-impl Summary {
-    fn of(v: &mut [f64]) -> Summary {
-        v.sort_by(f64::total_cmp);
-        Summary {
-            mean: mean(v),
-            median: percentile(v, 50.0),
-            p99: percentile(v, 99.0),
+    /// The level's metrics, labelled with its concurrency.
+    pub fn finish(self, concurrency: u32) -> LevelMetrics {
+        let start = self.first_submitted.unwrap_or(0);
+        let duration_s = self.last_finished.saturating_sub(start) as f64 / 1e9;
+        let rate = |x: f64| {
+            if duration_s > 0.0 {
+                x / duration_s
+            } else {
+                0.0
+            }
+        };
+        let requested_output_tokens =
+            (self.requested_tokens != self.output_tokens).then_some(self.requested_tokens);
+        let (ttft, tpot, itl, e2e) = (
+            self.ttft.summary(),
+            self.tpot.summary(),
+            self.itl.summary(),
+            self.e2e.summary(),
+        );
+        let percentiles = Percentiles::of(&[ttft, tpot, itl, e2e]);
+        let (committed, rounds) = (self.committed, self.rounds);
+        LevelMetrics {
+            concurrency,
+            completed: self.completed,
+            failed: self.failed,
+            errors: self.errors.into_iter().collect(),
+            duration_s,
+            total_input_tokens: self.input_tokens,
+            total_output_tokens: self.output_tokens,
+            requested_output_tokens,
+            num_retractions: self.retractions,
+            request_throughput: rate(self.completed as f64),
+            input_throughput: rate(self.input_tokens as f64),
+            output_throughput: rate(self.output_tokens as f64),
+            per_request_output_throughput: if self.per_request_count == 0 {
+                0.0
+            } else {
+                self.per_request_sum / self.per_request_count as f64
+            },
+            accept_length: (rounds > 0).then(|| committed as f64 / rounds as f64),
+            verify_rounds: rounds,
+            mean_ttft_ms: ttft.mean,
+            median_ttft_ms: ttft.median,
+            p99_ttft_ms: ttft.p99,
+            mean_tpot_ms: tpot.mean,
+            median_tpot_ms: tpot.median,
+            p99_tpot_ms: tpot.p99,
+            mean_itl_ms: itl.mean,
+            median_itl_ms: itl.median,
+            p99_itl_ms: itl.p99,
+            mean_e2e_latency_ms: e2e.mean,
+            median_e2e_latency_ms: e2e.median,
+            p99_e2e_latency_ms: e2e.p99,
+            percentiles,
+            kv_cache_tokens: None,
+            peak_kv_cache_usage: None,
+            server_spec: None,
+            request_rate: None,
+            max_concurrent_requests: None,
+            mean_queue_delay_ms: None,
+            median_queue_delay_ms: None,
+            p99_queue_delay_ms: None,
         }
     }
 }
 
-fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        0.0
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    }
+/// How a level's percentiles were computed: from every value, or (for levels with more
+/// than [`crate::distribution::EXACT_LIMIT`] values of one metric) from a histogram within
+/// a stated relative error. Means and counts are exact either way.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Percentiles {
+    #[default]
+    Exact,
+    Approximate {
+        relative_error: f64,
+    },
 }
 
-/// Linear interpolation between closest ranks (numpy's default), on sorted input.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    match sorted.len() {
-        0 => 0.0,
-        1 => sorted[0],
-        n => {
-            let rank = p / 100.0 * (n - 1) as f64;
-            let lo = rank.floor() as usize;
-            let hi = rank.ceil() as usize;
-            sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
+impl Percentiles {
+    pub fn of(summaries: &[Summary]) -> Percentiles {
+        if summaries.iter().all(|s| s.exact) {
+            Percentiles::Exact
+        } else {
+            Percentiles::Approximate {
+                relative_error: crate::distribution::SKETCH_RELATIVE_ERROR,
+            }
+        }
+    }
+
+    /// Folds in another metric's summary (a rate level's queueing delays).
+    pub fn and(self, other: &Summary) -> Percentiles {
+        match self {
+            Percentiles::Exact if !other.exact => Percentiles::of(&[*other]),
+            p => p,
         }
     }
 }
@@ -277,6 +322,49 @@ mod tests {
     }
 
     #[test]
+    fn a_level_past_the_exact_limit_says_its_percentiles_are_approximate() {
+        // 21,000 requests of 201 tokens, one per chunk: 4.2 million gaps, past the limit
+        let gaps = |id: u64, i: u64| 1_000_000 + (id * 7_919 + i * 104_729) % 50_000_000;
+        let mut level = LevelAccumulator::default();
+        let mut itl = Vec::new();
+        let mut t = 0u64;
+        for id in 0..21_000u64 {
+            let submitted = t;
+            let mut times = Vec::with_capacity(201);
+            t += 5_000_000;
+            times.push(t);
+            for i in 0..200 {
+                let g = gaps(id, i);
+                t += g;
+                times.push(t);
+                itl.push(g as f64 / MS);
+            }
+            level.add(&rec(id, submitted, &times, &[]));
+        }
+        assert!(itl.len() > crate::distribution::EXACT_LIMIT);
+        let m = level.finish(1);
+        assert_eq!(
+            m.percentiles,
+            Percentiles::Approximate {
+                relative_error: crate::distribution::SKETCH_RELATIVE_ERROR
+            }
+        );
+        itl.sort_by(f64::total_cmp);
+        for (got, p) in [(m.median_itl_ms, 50.0), (m.p99_itl_ms, 99.0)] {
+            let want = percentile(&itl, p);
+            assert!(
+                (got - want).abs() <= crate::distribution::SKETCH_RELATIVE_ERROR * want,
+                "p{p}: {got} vs {want}"
+            );
+        }
+        let mean = itl.iter().sum::<f64>() / itl.len() as f64;
+        assert!((m.mean_itl_ms - mean).abs() < 1e-9 * mean);
+        // TTFT has 21,000 values: still exact, and every request's is 5 ms
+        assert_eq!((m.median_ttft_ms, m.p99_ttft_ms), (5.0, 5.0));
+        assert_eq!(m.total_output_tokens, 21_000 * 201);
+    }
+
+    #[test]
     fn warmup_is_excluded() {
         let mut w = rec(2, 0, &[1_000_000_000], &[]);
         w.warmup = true;
@@ -285,12 +373,6 @@ mod tests {
         assert_eq!(m.completed, 1);
         assert!((m.duration_s - 1.0).abs() < 1e-12);
         assert_eq!(m.accept_length, None);
-    }
-
-    #[test]
-    fn percentile_interpolates() {
-        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 50.0), 2.5);
-        assert_eq!(percentile(&[5.0], 99.0), 5.0);
     }
 }
 

@@ -55,7 +55,7 @@ fn engine_backend_serves_an_experiment() {
     let mut backend = EngineBackend::new(exp).unwrap();
     assert_eq!(backend.name(), "engine");
     assert!(backend.describe().contains("EAGLE-3 (3, 1, 4)"));
-    let plan = LoadPlan::from_experiment(exp);
+    let plan = LoadPlan::from_experiment(exp).keeping_records();
     let levels = run_levels(&mut backend, &plan, &mut NoProgress).unwrap();
     assert_eq!(levels.len(), 2);
     let mut by_id = std::collections::BTreeMap::new();
@@ -90,7 +90,7 @@ fn shipped_engine_tiny_experiment_runs() {
     let exp = &variants[0].experiment;
     assert_eq!(exp.file.backend.kind, "engine");
     let mut backend = EngineBackend::new(exp).unwrap();
-    let plan = LoadPlan::from_experiment(exp);
+    let plan = LoadPlan::from_experiment(exp).keeping_records();
     let levels = run_levels(&mut backend, &plan, &mut NoProgress).unwrap();
     for l in &levels {
         assert!(l.records.iter().all(|r| r.token_times_ns.len() == 32));
@@ -188,7 +188,7 @@ fn engine_backend_runs_request_rate_levels() {
     let mut backend = EngineBackend::new(exp).unwrap();
     let levels = run_levels(
         &mut backend,
-        &LoadPlan::from_experiment(exp),
+        &LoadPlan::from_experiment(exp).keeping_records(),
         &mut NoProgress,
     )
     .unwrap();
@@ -221,7 +221,7 @@ fn engine_backend_draws_the_workloads_lengths_and_stops_as_at_eos() {
     let path = dir.path().join("exp.toml");
     std::fs::write(&path, exp_text).unwrap();
     let exp = &load_experiment(&path, &[]).unwrap()[0].experiment;
-    let plan = LoadPlan::from_experiment(exp);
+    let plan = LoadPlan::from_experiment(exp).keeping_records();
     let mut backend = EngineBackend::new(exp).unwrap();
     let levels = run_levels(&mut backend, &plan, &mut NoProgress).unwrap();
     let l = &levels[0];

@@ -75,7 +75,7 @@ fn cuda_backend_matches_cpu_backend() {
         "no CUDA device: this GPU test was run on purpose (--include-ignored) where there is no GPU"
     );
     let cexp = load(dir.path(), "cpu", "cpu.toml");
-    let plan = LoadPlan::from_experiment(&cexp);
+    let plan = LoadPlan::from_experiment(&cexp).keeping_records();
     let mut cpu = EngineBackend::new(&cexp).unwrap();
     let cpu_levels = run_levels(&mut cpu, &plan, &mut NoProgress).unwrap();
     let mut gpu = CudaEngineBackend::new(&gexp).unwrap();

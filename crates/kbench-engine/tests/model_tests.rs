@@ -7,11 +7,11 @@ use kbench_core::tree::TreeShape;
 use kbench_core::verify::{target_distribution, SamplingParams};
 use kbench_engine::generate::run_batch;
 use kbench_engine::linalg::{Linear, Weight};
-use kbench_engine::quant::{dequantize_int4, pack_int4, quantize_int4, unpack_int4};
 use kbench_engine::spec::{prefill, seq_rng, spec_round, Sequence};
-use kbench_engine::st::{f32_to_bf16, Slice};
+use kbench_engine::st::Slice;
 use kbench_engine::target::{Attend, MlaMode, Segment};
 use kbench_engine::SpecSettings;
+use kbench_numerics::{bf16, int4};
 use proptest::prelude::*;
 use rand::RngExt;
 
@@ -20,15 +20,15 @@ proptest! {
     fn int4_pack_unpack_round_trip(vals in proptest::collection::vec(-8i8..=7, 8..=256)) {
         let n = vals.len() / 8 * 8;
         let v = &vals[..n];
-        let packed = pack_int4(v);
-        prop_assert_eq!(unpack_int4(&packed, 1, n), v.to_vec());
+        let packed = int4::pack(v);
+        prop_assert_eq!(int4::unpack(&packed, 1, n), v.to_vec());
     }
 }
 
 #[test]
 fn int4_quantisation_matches_compressed_tensors_layout() {
     // Value j of word k is column 8k + j at bits 4j, stored +8.
-    let packed = pack_int4(&[-8, -7, 0, 1, 2, 3, 7, -1]);
+    let packed = int4::pack(&[-8, -7, 0, 1, 2, 3, 7, -1]);
     assert_eq!(packed[0] & 0xF, 0);
     assert_eq!((packed[0] >> 4) & 0xF, 1);
     assert_eq!((packed[0] >> 8) & 0xF, 8);
@@ -41,11 +41,11 @@ fn int4_quantisation_matches_compressed_tensors_layout() {
     let w: Vec<f32> = (0..out * inp)
         .map(|_| rng.random_range(-1.0f32..1.0))
         .collect();
-    let (p, s) = quantize_int4(&w, out, inp, 32);
-    let d = dequantize_int4(&p, &s, out, inp, 32);
+    let (p, s) = int4::quantize(&w, out, inp, 32);
+    let d = int4::dequantize(&p, &s, out, inp, 32);
     for r in 0..out {
         for c in 0..inp {
-            let step = kbench_engine::st::bf16_to_f32(s[r * 2 + c / 32]);
+            let step = bf16::to_f32(s[r * 2 + c / 32]);
             assert!((w[r * inp + c] - d[r * inp + c]).abs() <= step * 0.56 + 1e-6);
         }
     }
@@ -86,10 +86,10 @@ fn matmul_rows_do_not_depend_on_batch_size() {
         let mut lins = vec![Linear::bf16(
             out,
             inp,
-            Slice::from_vec(wf.iter().map(|&v| f32_to_bf16(v)).collect()),
+            Slice::from_vec(wf.iter().map(|&v| bf16::from_f32(v)).collect()),
         )];
         if inp % 32 == 0 {
-            let (p, s) = quantize_int4(&wf, out, inp, 32);
+            let (p, s) = int4::quantize(&wf, out, inp, 32);
             lins.push(Linear {
                 out,
                 inp,

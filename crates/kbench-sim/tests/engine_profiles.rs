@@ -66,7 +66,7 @@ fn ttft_ms(exp: &Experiment, engine: EngineProfile) -> f64 {
     let hw = resolve_profile(&exp.hardware).unwrap();
     let tables = load_tables(&hw).unwrap();
     let mut b = SimBackend::with_profiles(exp, hw, engine, tables, None).unwrap();
-    let levels = run_levels(&mut b, &load_plan(exp), &mut NoProgress).unwrap();
+    let levels = run_levels(&mut b, &load_plan(exp).keeping_records(), &mut NoProgress).unwrap();
     levels[0].metrics.mean_ttft_ms
 }
 

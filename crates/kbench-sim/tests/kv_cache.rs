@@ -29,7 +29,7 @@ fn experiment(server: &str, workload: &str, benchmark: &str) -> Experiment {
 fn run(exp: &Experiment) -> Vec<LevelResult> {
     let acc: Arc<dyn AcceptanceModel> = Arc::new(DepthRateAcceptance::kimi_chat(7));
     let mut b = SimBackend::new(exp, Some(acc)).unwrap();
-    run_levels(&mut b, &load_plan(exp), &mut NoProgress).unwrap()
+    run_levels(&mut b, &load_plan(exp).keeping_records(), &mut NoProgress).unwrap()
 }
 
 proptest! {
@@ -66,7 +66,7 @@ proptest! {
         let exp = experiment(&server, &workload, &benchmark);
         let need = exp.input_len.1 + max_tokens + 5;
         prop_assume!(need <= pool);
-        let plan = load_plan(&exp);
+        let plan = load_plan(&exp).keeping_records();
         let levels = run(&exp);
         let l = &levels[0];
         let m = &l.metrics;
@@ -228,7 +228,7 @@ proptest! {
             &format!("concurrency = [{clients}]\nrequests_per_level = 24\nwarmup_requests = 0"),
         );
         prop_assume!(exp.input_len.1 + max_tokens < pool);
-        let plan = load_plan(&exp);
+        let plan = load_plan(&exp).keeping_records();
         let mut b = SimBackend::new(&exp, None).unwrap();
         let levels = run_levels(&mut b, &plan, &mut NoProgress).unwrap();
         let l = &levels[0];
@@ -255,7 +255,7 @@ fn vllm_mixes_prefill_into_decode_steps_where_sglang_stalls_them() {
             "concurrency = [8]\nrequests_per_level = 48\nwarmup_requests = 0",
         );
         let mut b = SimBackend::new(&exp, None).unwrap();
-        run_levels(&mut b, &load_plan(&exp), &mut NoProgress).unwrap()[0]
+        run_levels(&mut b, &load_plan(&exp).keeping_records(), &mut NoProgress).unwrap()[0]
             .metrics
             .clone()
     };

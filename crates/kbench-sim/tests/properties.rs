@@ -32,7 +32,7 @@ fn experiment(spec: &str, levels: &str, max_tokens: u32, input_len: u32) -> Expe
 
 fn run(exp: &Experiment, acc: Arc<dyn AcceptanceModel>) -> Vec<LevelResult> {
     let mut b = SimBackend::new(exp, Some(acc)).unwrap();
-    run_levels(&mut b, &load_plan(exp), &mut NoProgress).unwrap()
+    run_levels(&mut b, &load_plan(exp).keeping_records(), &mut NoProgress).unwrap()
 }
 
 fn records(levels: &[LevelResult]) -> Vec<RequestRecord> {

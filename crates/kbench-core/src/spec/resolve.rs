@@ -342,19 +342,37 @@ pub(crate) fn resolve(
         &invalid,
     )?;
     let input_len = workload.prompt_bounds();
-    let levels = (concurrency.len() + b.request_rate.len()) as u64;
     let longest_output = workload.lengths.output_bounds().1.min(w.max_tokens);
-    let kept = crate::footprint::records_bytes(levels, sent, u64::from(longest_output));
-    if let Some(available) = crate::footprint::available_bytes().filter(|&a| kept > a) {
+    // the most requests a level holds unfinished at once: its clients (or all it sends), a
+    // rate level's cap, or all of it at an infinite rate; a finite rate without a cap holds
+    // what the server cannot keep up with, which only running it tells
+    let rate_in_flight = max_concurrency.map(u64::from).or_else(|| {
+        b.request_rate
+            .iter()
+            .any(|r| r.is_infinite())
+            .then_some(u64::from(requests_per_level))
+    });
+    let (in_flight, key) = concurrency
+        .iter()
+        .map(|&c| (u64::from(c).min(sent), "benchmark.concurrency"))
+        .chain(
+            rate_in_flight
+                .filter(|_| !b.request_rate.is_empty())
+                .map(|n| (n.min(sent), "benchmark.max_concurrency")),
+        )
+        .max()
+        .unwrap_or((0, "benchmark.concurrency"));
+    let held = crate::footprint::level_bytes(in_flight, u64::from(longest_output));
+    if let Some(available) = crate::footprint::available_bytes().filter(|&a| held > a) {
         return Err(invalid(
-            "benchmark.requests_per_level",
+            key,
             format!(
-                "{levels} levels x {sent} requests x up to {longest_output} output tokens keep about {} of records in memory until the report is written, more than the {} this machine has available",
-                crate::footprint::human(kept),
+                "{in_flight} requests in flight at once x up to {longest_output} output tokens hold about {} until they finish, more than the {} this machine has available",
+                crate::footprint::human(held),
                 crate::footprint::human(available)
             ),
             &format!(
-                "send fewer requests per level, or fewer levels (each output token costs about {} bytes)",
+                "run fewer requests at once, or shorter ones (each output token in flight costs about {} bytes)",
                 crate::footprint::BYTES_PER_OUTPUT_TOKEN
             ),
         ));
