@@ -641,7 +641,7 @@ pub fn layer_stack(
         Ok(b) => format!("cuBLAS ({})", b.version),
         Err(e) => format!("own bf16_matmul ({})", e.to_string().replace('\n', " ")),
     };
-    let yarn = crate::reference::Yarn::kimi_k25();
+    let yarn = crate::reference::kimi_k25_yarn();
     let (inv, msc) = crate::reference::yarn_inv_freq(&yarn, 64);
     let dinv = dev.upload(&inv)?;
     let scale = crate::reference::mla_softmax_scale(QK, &yarn);

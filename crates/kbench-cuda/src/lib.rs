@@ -116,27 +116,6 @@ pub fn nvrtc_info() -> std::result::Result<String, String> {
     }
 }
 
-/// bf16 <-> f32 on the host (bf16 values are carried as `u16` bits).
-pub mod bf16 {
-    /// Round to nearest even; NaN stays NaN.
-    pub fn from_f32(x: f32) -> u16 {
-        let b = x.to_bits();
-        if x.is_nan() {
-            return ((b >> 16) | 0x40) as u16;
-        }
-        let r = 0x7fff + ((b >> 16) & 1);
-        (b.wrapping_add(r) >> 16) as u16
-    }
-    pub fn to_f32(x: u16) -> f32 {
-        f32::from_bits((x as u32) << 16)
-    }
-    pub fn round(x: f32) -> f32 {
-        to_f32(from_f32(x))
-    }
-    pub fn vec_from(xs: &[f32]) -> Vec<u16> {
-        xs.iter().map(|&x| from_f32(x)).collect()
-    }
-    pub fn vec_to(xs: &[u16]) -> Vec<f32> {
-        xs.iter().map(|&x| to_f32(x)).collect()
-    }
-}
+/// bf16 <-> f32 on the host (bf16 values are carried as `u16` bits), shared with the
+/// engine's CPU path.
+pub use kbench_numerics::bf16;

@@ -1,39 +1,19 @@
 //! Straightforward f32 CPU references for every kernel (the oracle for the GPU tests), and the
-//! host-side helpers the kernels need (INT4 packing, YaRN frequencies).
+//! host-side helpers the kernels need (INT4 packing, YaRN frequencies, from kbench-numerics).
 
 use crate::bf16;
 
-/// Pack q in [-8, 7] (row-major [N, K]) into compressed-tensors int32 words [N, K/8] (+8 offset,
-/// low nibble first along k).
+/// Pack q in [-8, 7] (row-major [N, K]) into compressed-tensors int32 words [N, K/8].
 pub fn pack_int4(q: &[i8], n: usize, k: usize) -> Vec<u32> {
     assert_eq!(q.len(), n * k);
     assert!(k % 8 == 0);
-    let mut out = vec![0u32; n * k / 8];
-    for r in 0..n {
-        for j in 0..k / 8 {
-            let mut w = 0u32;
-            for i in 0..8 {
-                let v = q[r * k + j * 8 + i];
-                assert!((-8..=7).contains(&v));
-                w |= ((v as i32 + 8) as u32 & 0xF) << (4 * i);
-            }
-            out[r * k / 8 + j] = w;
-        }
-    }
-    out
+    assert!(q.iter().all(|v| (-8..=7).contains(v)));
+    kbench_numerics::int4::pack(q)
 }
 
-/// Dequantize packed INT4 [N, K/8] with bf16 scales [N, K/32] to f32 [N, K].
+/// Dequantize packed INT4 [N, K/8] with bf16 scales [N, K/32] (the kernels' group) to f32.
 pub fn dequant_int4(wq: &[u32], s: &[u16], n: usize, k: usize) -> Vec<f32> {
-    let mut w = vec![0f32; n * k];
-    for r in 0..n {
-        for c in 0..k {
-            let word = wq[r * k / 8 + c / 8];
-            let q = ((word >> (4 * (c % 8))) & 0xF) as i32 - 8;
-            w[r * k + c] = q as f32 * bf16::to_f32(s[r * k / 32 + c / 32]);
-        }
-    }
-    w
+    kbench_numerics::int4::dequantize(wq, s, n, k, 32)
 }
 
 /// y[m, n] = sum_k x[m, k] w[n, k] (f64 accumulation), x [M, K], w [N, K].
@@ -220,80 +200,42 @@ pub fn rmsnorm(x: &[f32], w: &[f32], d: usize, eps: f32) -> Vec<f32> {
     y
 }
 
-/// YaRN parameters (HF `rope_scaling` of DeepSeek-V3 / Kimi-K2).
-#[derive(Debug, Clone, Copy)]
-pub struct Yarn {
-    pub rope_theta: f64,
-    pub factor: f64,
-    pub original_max_position: f64,
-    pub beta_fast: f64,
-    pub beta_slow: f64,
-    pub mscale: f64,
-    pub mscale_all_dim: f64,
-}
+pub use kbench_numerics::rope::Yarn;
 
-impl Yarn {
-    /// Kimi-K2.5 as far as kbench's reference notes go (factor 64, original 4096, rope_theta
-    /// 50000; beta_fast = beta_slow = 1 and mscale = mscale_all_dim = 1 as in Kimi-K2's
-    /// config.json). The engine must take these from the checkpoint's config.json.
-    pub fn kimi_k25() -> Self {
-        Yarn {
-            rope_theta: 50000.0,
-            factor: 64.0,
-            original_max_position: 4096.0,
-            beta_fast: 1.0,
-            beta_slow: 1.0,
-            mscale: 1.0,
-            mscale_all_dim: 1.0,
-        }
+/// Kimi-K2.5's RoPE base.
+pub const KIMI_K25_ROPE_THETA: f64 = 50000.0;
+
+/// Kimi-K2.5 as far as kbench's reference notes go (factor 64, original 4096; beta_fast =
+/// beta_slow = 1 and mscale = mscale_all_dim = 1 as in Kimi-K2's config.json). The engine
+/// takes these from the checkpoint's config.json.
+pub fn kimi_k25_yarn() -> Yarn {
+    Yarn {
+        factor: 64.0,
+        original_max_position: 4096.0,
+        beta_fast: 1.0,
+        beta_slow: 1.0,
+        mscale: 1.0,
+        mscale_all_dim: 1.0,
     }
 }
 
-fn yarn_get_mscale(scale: f64, mscale: f64) -> f64 {
-    if scale <= 1.0 {
-        1.0
-    } else {
-        0.1 * mscale * scale.ln() + 1.0
-    }
-}
-
-/// (inv_freq [dim/2], cos/sin multiplier) as DeepseekV3YarnRotaryEmbedding computes them.
-/// `factor <= 1` gives plain RoPE.
+/// (inv_freq [dim/2] in f32 as the kernel takes it, cos/sin multiplier) for Kimi-K2.5's
+/// base; `factor <= 1` gives plain RoPE.
 pub fn yarn_inv_freq(y: &Yarn, dim: usize) -> (Vec<f32>, f32) {
-    let half = dim / 2;
-    let extra: Vec<f64> = (0..half)
-        .map(|i| 1.0 / y.rope_theta.powf((2 * i) as f64 / dim as f64))
-        .collect();
-    if y.factor <= 1.0 {
-        return (extra.iter().map(|&v| v as f32).collect(), 1.0);
-    }
-    let corr = |rot: f64| {
-        (dim as f64 * (y.original_max_position / (rot * 2.0 * std::f64::consts::PI)).ln())
-            / (2.0 * y.rope_theta.ln())
-    };
-    let low = corr(y.beta_fast).floor().max(0.0);
-    let high = corr(y.beta_slow).ceil().min(dim as f64 - 1.0);
-    let high = if (high - low).abs() < 1e-12 {
-        high + 0.001
-    } else {
-        high
-    };
-    let inv: Vec<f32> = (0..half)
-        .map(|i| {
-            let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
-            let mask = 1.0 - ramp; // 1: extrapolation (original freq)
-            let inter = extra[i] / y.factor;
-            (inter * (1.0 - mask) + extra[i] * mask) as f32
-        })
-        .collect();
-    let m = yarn_get_mscale(y.factor, y.mscale) / yarn_get_mscale(y.factor, y.mscale_all_dim);
-    (inv, m as f32)
+    let f = kbench_numerics::rope::frequencies(
+        dim,
+        KIMI_K25_ROPE_THETA,
+        kbench_numerics::rope::Scaling::Yarn(*y),
+    );
+    (
+        f.inv_freq.iter().map(|&v| v as f32).collect(),
+        f.mscale as f32,
+    )
 }
 
-/// Softmax scale of MLA with YaRN: 1/sqrt(qk_head_dim) * mscale(factor, mscale_all_dim)^2.
+/// Softmax scale of MLA with YaRN.
 pub fn mla_softmax_scale(qk_head_dim: usize, y: &Yarn) -> f32 {
-    let m = yarn_get_mscale(y.factor, y.mscale_all_dim);
-    ((1.0 / (qk_head_dim as f64).sqrt()) * m * m) as f32
+    kbench_numerics::rope::mla_softmax_scale(qk_head_dim, Some((y.factor, y.mscale_all_dim))) as f32
 }
 
 /// In-place rope on one vector `x[..rot_dim]`.

@@ -768,10 +768,10 @@ fn t_rope(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let (t, heads, hd, off, rot) = (5usize, 4usize, 192usize, 128usize, 64usize);
     for &interleaved in &[true, false] {
         for y in [
-            r::Yarn::kimi_k25(),
+            r::kimi_k25_yarn(),
             r::Yarn {
                 factor: 1.0,
-                ..r::Yarn::kimi_k25()
+                ..r::kimi_k25_yarn()
             },
         ] {
             let (inv, ms) = r::yarn_inv_freq(&y, rot);

@@ -32,7 +32,7 @@ fn yarn_blends_between_original_and_interpolated_frequencies() {
     let y = r::Yarn {
         beta_fast: 32.0,
         beta_slow: 1.0,
-        ..r::Yarn::kimi_k25()
+        ..r::kimi_k25_yarn()
     };
     let (inv, m) = r::yarn_inv_freq(&y, 64);
     assert_eq!(inv.len(), 32);
@@ -41,7 +41,7 @@ fn yarn_blends_between_original_and_interpolated_frequencies() {
         "highest frequency is extrapolated: {}",
         inv[0]
     );
-    let base_last = 1.0 / y.rope_theta.powf(62.0 / 64.0);
+    let base_last = 1.0 / r::KIMI_K25_ROPE_THETA.powf(62.0 / 64.0);
     assert!(
         ((inv[31] as f64) - base_last / y.factor).abs() < 1e-9,
         "lowest frequency is interpolated"
@@ -49,7 +49,7 @@ fn yarn_blends_between_original_and_interpolated_frequencies() {
     assert!((m - 1.0).abs() < 1e-6, "mscale == mscale_all_dim -> 1");
     let plain = r::Yarn { factor: 1.0, ..y };
     assert_eq!(r::yarn_inv_freq(&plain, 64).1, 1.0);
-    let s = r::mla_softmax_scale(192, &r::Yarn::kimi_k25());
+    let s = r::mla_softmax_scale(192, &r::kimi_k25_yarn());
     assert!(s > 1.0 / 192f32.sqrt(), "YaRN raises the MLA softmax scale");
 }
 

@@ -12,9 +12,9 @@ use kbench_core::tree::{build_tree, DraftTree, TreeError, TreeShape};
 use kbench_core::verify::verify_greedy;
 use kbench_engine::init::{build_model, InitOptions, Preset};
 use kbench_engine::linalg::{Linear, Weight};
-use kbench_engine::quant::quantize_int4;
-use kbench_engine::st::{f32_to_bf16, Slice};
+use kbench_engine::st::Slice;
 use kbench_engine::target::{Attend, Segment};
+use kbench_numerics::{bf16, int4};
 
 fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = kbench_core::seed::rng_for(seed, "bench", 0);
@@ -23,7 +23,7 @@ fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
 
 fn int4_linear(out: usize, inp: usize) -> Linear {
     let w = rand_vec(out * inp, 1);
-    let (p, s) = quantize_int4(&w, out, inp, 32);
+    let (p, s) = int4::quantize(&w, out, inp, 32);
     Linear {
         out,
         inp,
@@ -79,7 +79,7 @@ fn bf16_matmul(c: &mut Criterion) {
     let (out, inp) = (2048, 7168);
     let w: Vec<u16> = rand_vec(out * inp, 3)
         .into_iter()
-        .map(f32_to_bf16)
+        .map(bf16::from_f32)
         .collect();
     let lin = Linear::bf16(out, inp, Slice::from_vec(w));
     for m in [1usize, 8] {

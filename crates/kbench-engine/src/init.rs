@@ -32,9 +32,9 @@ use crate::device::Device;
 use crate::draft::Draft;
 use crate::error::{write_err, EngineError, Result};
 use crate::model::Model;
-use crate::quant::quantize_row_into;
-use crate::st::{f32_to_bf16, write_index, Dtype, StreamWriter, TensorPlan, WeightStore};
+use crate::st::{write_index, Dtype, StreamWriter, TensorPlan, WeightStore};
 use crate::target::Target;
+use kbench_numerics::{bf16, int4};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -999,7 +999,7 @@ impl Gen {
                     cache.scales = vec![0; out * inp / 32];
                     for r in 0..out {
                         let row = rand_row(self.seed, base, r, inp, *std);
-                        quantize_row_into(
+                        int4::quantize_row_into(
                             &row,
                             32,
                             &mut cache.packed[r * inp / 8..(r + 1) * inp / 8],
@@ -1049,7 +1049,7 @@ impl Gen {
                         Dtype::F32 => row.iter().flat_map(|x| x.to_le_bytes()).collect(),
                         _ => row
                             .iter()
-                            .flat_map(|&x| f32_to_bf16(x).to_le_bytes())
+                            .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
                             .collect(),
                     };
                     sink(&b)?;

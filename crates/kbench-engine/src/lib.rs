@@ -22,7 +22,6 @@ pub mod linalg;
 pub mod model;
 mod open;
 pub mod passes;
-pub mod quant;
 pub mod rope;
 mod session;
 pub mod settings;

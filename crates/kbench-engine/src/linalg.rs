@@ -7,7 +7,8 @@
 
 use rayon::prelude::*;
 
-use crate::st::{bf16_to_f32, Slice};
+use crate::st::Slice;
+use kbench_numerics::bf16;
 
 /// Weights of one linear layer, `[out, in]` row-major.
 #[derive(Debug, Clone)]
@@ -116,7 +117,7 @@ fn rows_kernel_generic(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize
                 let row = &w.as_slice()[r * inp..(r + 1) * inp];
                 for b in 0..full {
                     for i in 0..32 {
-                        wf[i] = bf16_to_f32(row[b * 32 + i]);
+                        wf[i] = bf16::to_f32(row[b * 32 + i]);
                     }
                     for (i, a) in acc.iter_mut().enumerate() {
                         let xs = &x[i * inp + b * 32..i * inp + b * 32 + 32];
@@ -128,7 +129,7 @@ fn rows_kernel_generic(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize
                     }
                 }
                 for c in full * 32..inp {
-                    let wv = bf16_to_f32(row[c]);
+                    let wv = bf16::to_f32(row[c]);
                     for (i, t) in tail.iter_mut().enumerate() {
                         *t = wv.mul_add(x[i * inp + c], *t);
                     }
@@ -143,11 +144,11 @@ fn rows_kernel_generic(lin: &Linear, x: &[f32], m: usize, r0: usize, rows: usize
                 let words = &packed.as_slice()[r * inp / 8..(r + 1) * inp / 8];
                 let sc = &scales.as_slice()[r * inp / group..(r + 1) * inp / group];
                 for b in 0..full {
-                    let s = bf16_to_f32(sc[b * 32 / group]);
+                    let s = bf16::to_f32(sc[b * 32 / group]);
                     for k in 0..4 {
                         let word = words[b * 4 + k];
                         for j in 0..8 {
-                            wf[k * 8 + j] = (((word >> (4 * j)) & 0xF) as i32 - 8) as f32;
+                            wf[k * 8 + j] = kbench_numerics::int4::nibble(word, j) as f32;
                         }
                     }
                     for (i, a) in acc.iter_mut().enumerate() {
@@ -257,7 +258,7 @@ mod avx2 {
                             let group = *group;
                             let si = if group == 32 { b } else { b * 32 / group };
                             let sc = scales.as_slice();
-                            sv[t] = _mm256_set1_ps(super::bf16_to_f32(
+                            sv[t] = _mm256_set1_ps(kbench_numerics::bf16::to_f32(
                                 *sc.get_unchecked(r * (inp / group) + si),
                             ));
                             // Word k holds columns 8k..8k+7, nibble j at bits 4j. Each lane

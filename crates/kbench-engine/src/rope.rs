@@ -2,6 +2,7 @@
 //! to interleaved pairs (x[2i], x[2i+1]) as DeepSeek-V3 / SGLang (is_neox_style = false).
 
 use kbench_core::arch::RopeScaling;
+use kbench_numerics::rope::{frequencies, Scaling, Yarn};
 
 #[derive(Debug, Clone)]
 pub struct Rope {
@@ -13,63 +14,38 @@ pub struct Rope {
     interleaved: bool,
 }
 
-pub fn yarn_get_mscale(scale: f64, mscale: f64) -> f64 {
-    if scale <= 1.0 {
-        1.0
-    } else {
-        0.1 * mscale * scale.ln() + 1.0
+/// The shared formula's view of a config's `rope_scaling`: dynamic and llama3 scaling rotate
+/// as unscaled at the positions the engine reaches (far below the original context).
+pub fn scaling_of(scaling: Option<&RopeScaling>) -> Scaling {
+    match scaling {
+        Some(s) if matches!(s.kind.as_str(), "yarn" | "deepseek_yarn") => Scaling::Yarn(Yarn {
+            factor: s.factor,
+            original_max_position: s.original_max_position_embeddings.unwrap_or(4096) as f64,
+            beta_fast: s.beta_fast.unwrap_or(32.0),
+            beta_slow: s.beta_slow.unwrap_or(1.0),
+            mscale: s.mscale.unwrap_or(1.0),
+            mscale_all_dim: s.mscale_all_dim.unwrap_or(0.0),
+        }),
+        Some(s) if s.kind == "linear" => Scaling::Linear { factor: s.factor },
+        _ => Scaling::None,
     }
 }
 
-fn yarn_find_correction_dim(num_rotations: f64, dim: usize, base: f64, max_pos: f64) -> f64 {
-    (dim as f64 * (max_pos / (num_rotations * 2.0 * std::f64::consts::PI)).ln()) / (2.0 * base.ln())
+/// MLA's softmax scale for a `qk_head_dim`-wide head under the config's `rope_scaling`.
+pub fn mla_softmax_scale(qk_head_dim: usize, scaling: Option<&RopeScaling>) -> f64 {
+    kbench_numerics::rope::mla_softmax_scale(
+        qk_head_dim,
+        scaling.map(|s| (s.factor, s.mscale_all_dim.unwrap_or(0.0))),
+    )
 }
 
 impl Rope {
     pub fn new(dim: usize, theta: f64, scaling: Option<&RopeScaling>, interleaved: bool) -> Rope {
-        let half = dim / 2;
-        let pos_freqs: Vec<f64> = (0..half)
-            .map(|i| theta.powf((2 * i) as f64 / dim as f64))
-            .collect();
-        let mut inv_freq: Vec<f64> = pos_freqs.iter().map(|p| 1.0 / p).collect();
-        let mut mscale = 1.0;
-        if let Some(s) = scaling {
-            match s.kind.as_str() {
-                "yarn" | "deepseek_yarn" => {
-                    let factor = s.factor;
-                    let orig = s.original_max_position_embeddings.unwrap_or(4096) as f64;
-                    let beta_fast = s.beta_fast.unwrap_or(32.0);
-                    let beta_slow = s.beta_slow.unwrap_or(1.0);
-                    let low = yarn_find_correction_dim(beta_fast, dim, theta, orig)
-                        .floor()
-                        .max(0.0);
-                    let high = yarn_find_correction_dim(beta_slow, dim, theta, orig)
-                        .ceil()
-                        .min(dim as f64 - 1.0);
-                    let (lo, mut hi) = (low, high);
-                    if lo == hi {
-                        hi += 0.001;
-                    }
-                    for (i, f) in inv_freq.iter_mut().enumerate() {
-                        let ramp = ((i as f64 - lo) / (hi - lo)).clamp(0.0, 1.0);
-                        let extrapolation_mask = 1.0 - ramp;
-                        let interp = 1.0 / (factor * pos_freqs[i]);
-                        let extrap = 1.0 / pos_freqs[i];
-                        *f = interp * (1.0 - extrapolation_mask) + extrap * extrapolation_mask;
-                    }
-                    mscale = yarn_get_mscale(factor, s.mscale.unwrap_or(1.0))
-                        / yarn_get_mscale(factor, s.mscale_all_dim.unwrap_or(0.0));
-                }
-                "linear" => inv_freq.iter_mut().for_each(|f| *f /= s.factor),
-                // dynamic / llama3 scaling: positions used here stay far below the original
-                // context, where both equal the unscaled rotation.
-                _ => {}
-            }
-        }
+        let f = frequencies(dim, theta, scaling_of(scaling));
         Rope {
             dim,
-            inv_freq,
-            mscale,
+            inv_freq: f.inv_freq,
+            mscale: f.mscale,
             interleaved,
         }
     }

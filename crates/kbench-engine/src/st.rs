@@ -7,6 +7,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use kbench_numerics::bf16;
 use memmap2::Mmap;
 pub use safetensors::Dtype;
 use safetensors::SafeTensors;
@@ -270,7 +271,7 @@ impl WeightStore {
         Ok(match t.dtype {
             Dtype::BF16 => b
                 .chunks_exact(2)
-                .map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+                .map(|c| bf16::to_f32(u16::from_le_bytes([c[0], c[1]])))
                 .collect(),
             Dtype::F16 => b
                 .chunks_exact(2)
@@ -298,7 +299,7 @@ impl WeightStore {
             Dtype::F16 | Dtype::F32 => Ok(Slice::from_vec(
                 self.f32s(name, shape)?
                     .into_iter()
-                    .map(f32_to_bf16)
+                    .map(bf16::from_f32)
                     .collect(),
             )),
             other => Err(EngineError::Dtype {
@@ -345,16 +346,6 @@ impl WeightStore {
         };
         Ok((t.shape.clone(), v))
     }
-}
-
-#[inline(always)]
-pub fn bf16_to_f32(b: u16) -> f32 {
-    f32::from_bits((b as u32) << 16)
-}
-
-#[inline]
-pub fn f32_to_bf16(x: f32) -> u16 {
-    half::bf16::from_f32(x).to_bits()
 }
 
 /// What the streaming writer needs to know up front about one tensor.

@@ -8,8 +8,9 @@ use kbench_core::arch::{ArchFamily, ModelArch, MoeDims};
 
 use crate::error::{EngineError, Result};
 use crate::linalg::{rms_norm, rms_norm_to, swiglu, Linear, Weight};
-use crate::rope::{yarn_get_mscale, Rope};
-use crate::st::{bf16_to_f32, Slice, WeightStore};
+use crate::rope::{mla_softmax_scale, Rope};
+use crate::st::{Slice, WeightStore};
+use kbench_numerics::bf16;
 
 #[derive(Debug, Clone)]
 enum QProj {
@@ -345,13 +346,7 @@ impl Target {
         } else {
             lin(ws, &format!("{p}lm_head"), vocab, h)?
         };
-        let mut softmax_scale = 1.0 / ((nope + rd) as f64).sqrt();
-        if let Some(s) = &arch.rope_scaling {
-            if let Some(m) = s.mscale_all_dim.filter(|m| *m != 0.0) {
-                let ms = yarn_get_mscale(s.factor, m);
-                softmax_scale *= ms * ms;
-            }
-        }
+        let softmax_scale = mla_softmax_scale(nope + rd, arch.rope_scaling.as_ref());
         Ok(Target {
             embed,
             layers,
@@ -393,7 +388,7 @@ impl Target {
     pub fn embed(&self, token: u32) -> Vec<f32> {
         let h = self.hidden;
         let row = &self.embed.as_slice()[token as usize * h..(token as usize + 1) * h];
-        row.iter().map(|&b| bf16_to_f32(b)).collect()
+        row.iter().map(|&b| bf16::to_f32(b)).collect()
     }
 
     pub fn forward(&self, segs: &[Segment<'_>]) -> Result<Vec<SegmentOut>> {
@@ -569,9 +564,10 @@ impl Target {
             let mut scores = vec![0f32; nkeys];
             for hh in 0..heads {
                 let qh = &q[t * heads * qd + hh * qd..t * heads * qd + (hh + 1) * qd];
-                let wuk = |d: usize, r: usize| bf16_to_f32(kvb[(hh * (nope + vd) + d) * rank + r]);
-                let wuv =
-                    |d: usize, r: usize| bf16_to_f32(kvb[(hh * (nope + vd) + nope + d) * rank + r]);
+                let wuk = |d: usize, r: usize| bf16::to_f32(kvb[(hh * (nope + vd) + d) * rank + r]);
+                let wuv = |d: usize, r: usize| {
+                    bf16::to_f32(kvb[(hh * (nope + vd) + nope + d) * rank + r])
+                };
                 match mode {
                     MlaMode::Absorbed => {
                         let mut qlat = vec![0f32; rank];

@@ -17,7 +17,7 @@ use super::ops::{self, AttnGeom, KvSrc, Route};
 use super::weights::{self, DFfn, DLin, DMlp, DraftWeights, ExpertW, RankWeights, DQ};
 use super::{CudaOptions, KernelChoice};
 use crate::error::{EngineError, Result};
-use crate::rope::{yarn_get_mscale, Rope};
+use crate::rope::{mla_softmax_scale, Rope};
 use crate::st::WeightStore;
 
 /// Target dimensions (global, not per rank).
@@ -390,13 +390,7 @@ impl CudaModel {
             mla.v_head_dim as usize,
             mla.kv_lora_rank as usize,
         );
-        let mut scale = 1.0 / ((nope + rd) as f64).sqrt();
-        if let Some(s) = &arch.rope_scaling {
-            if let Some(m) = s.mscale_all_dim.filter(|m| *m != 0.0) {
-                let ms = yarn_get_mscale(s.factor, m);
-                scale *= ms * ms;
-            }
-        }
+        let scale = mla_softmax_scale(nope + rd, arch.rope_scaling.as_ref());
         let route = arch.moe.as_ref().map(|d| Route {
             experts: d.n_routed_experts as usize,
             top_k: d.num_experts_per_tok as usize,
