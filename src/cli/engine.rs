@@ -115,9 +115,7 @@ pub(super) fn spec_settings(
         )
     })?;
     Ok(SpecSettings {
-        num_steps: s.num_steps,
-        eagle_topk: s.eagle_topk,
-        num_draft_tokens: s.num_draft_tokens,
+        shape: s.shape(),
         verify,
     })
 }

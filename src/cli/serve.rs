@@ -175,7 +175,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
     let spec_desc = match &spec {
         Some(s) => format!(
             "EAGLE-3 ({}, {}, {}) greedy verification",
-            s.num_steps, s.eagle_topk, s.num_draft_tokens
+            s.shape.num_steps, s.shape.topk, s.shape.num_draft_tokens
         ),
         None => "plain decoding".into(),
     };
@@ -194,9 +194,9 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
         "random_seed": a.random_seed,
         "speculative_algorithm": spec.map(|_| "EAGLE3"),
         "speculative_draft_model_path": draft_dir.as_ref().map(|d| d.display().to_string()),
-        "speculative_num_steps": spec.map(|s| s.num_steps),
-        "speculative_eagle_topk": spec.map(|s| s.eagle_topk),
-        "speculative_num_draft_tokens": spec.map(|s| s.num_draft_tokens),
+        "speculative_num_steps": spec.map(|s| s.shape.num_steps),
+        "speculative_eagle_topk": spec.map(|s| s.shape.topk),
+        "speculative_num_draft_tokens": spec.map(|s| s.shape.num_draft_tokens),
         "stream_interval": 1,
         "enable_metrics": true,
         "kbench": {
@@ -221,7 +221,9 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
             context_length,
             vocab: arch.vocab_size as usize,
             eos_token_id: eos_token_id(&model_dir),
-            draft_positions: spec.map(|s| s.num_draft_tokens as usize - 1).unwrap_or(0),
+            draft_positions: spec
+                .map(|s| s.shape.num_draft_tokens as usize - 1)
+                .unwrap_or(0),
         },
         codec,
         server_info,

@@ -221,7 +221,7 @@ impl<M: SpecModel> Batcher<M> {
             let proposed = match &self.spec {
                 Some(cfg) => {
                     spec_round(&mut self.model, &mut refs, cfg)?;
-                    Some(cfg.num_draft_tokens.saturating_sub(1))
+                    Some(cfg.shape.num_draft_tokens.saturating_sub(1))
                 }
                 None => {
                     decode_step(&mut self.model, &mut refs)?;

@@ -30,10 +30,10 @@ pub(crate) struct Serving {
 
 impl Serving {
     pub fn from_experiment(exp: &Experiment) -> Serving {
+        // a resolved experiment's speculative settings passed SGLang's rules, which are
+        // stricter than what a tree needs
         let spec = exp.spec.is_speculative().then_some(SpecSettings {
-            num_steps: exp.spec.num_steps,
-            eagle_topk: exp.spec.eagle_topk,
-            num_draft_tokens: exp.spec.num_draft_tokens,
+            shape: exp.spec.shape(),
             verify: exp.spec.verify,
         });
         Serving {
@@ -50,9 +50,9 @@ impl Serving {
         match &self.spec {
             Some(s) => format!(
                 "EAGLE-3 ({}, {}, {}) {} verification{}",
-                s.num_steps,
-                s.eagle_topk,
-                s.num_draft_tokens,
+                s.shape.num_steps,
+                s.shape.topk,
+                s.shape.num_draft_tokens,
                 match s.verify {
                     VerifyMethod::Greedy => "greedy",
                     VerifyMethod::TargetOnly => "target-only sampling",

@@ -23,22 +23,26 @@ use crate::passes::{DraftSeg, SpecModel, TargetSeg};
 
 pub use crate::cpu::{Models, Sequence};
 
-/// Speculative settings with SGLang's names.
+/// What the engine speculates with: the draft tree (SGLang's `num_steps`, `eagle_topk`,
+/// `num_draft_tokens`) and how the target verifies it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct SpecSettings {
-    pub num_steps: u32,
-    pub eagle_topk: u32,
-    pub num_draft_tokens: u32,
+    pub shape: TreeShape,
     pub verify: VerifyMethod,
 }
 
 impl SpecSettings {
-    pub fn shape(&self) -> Result<TreeShape> {
-        Ok(TreeShape::new(
-            self.num_steps,
-            self.eagle_topk,
-            self.num_draft_tokens,
-        )?)
+    /// Settings whose tree can be built.
+    pub fn new(
+        num_steps: u32,
+        eagle_topk: u32,
+        num_draft_tokens: u32,
+        verify: VerifyMethod,
+    ) -> Result<SpecSettings> {
+        Ok(SpecSettings {
+            shape: TreeShape::new(num_steps, eagle_topk, num_draft_tokens)?,
+            verify,
+        })
     }
 }
 
@@ -411,9 +415,9 @@ pub fn spec_round<M: SpecModel>(
             "speculative decoding needs a draft model".into(),
         ));
     }
-    let shape = cfg.shape()?;
+    let shape = cfg.shape;
     m.check_shape(&shape)?;
-    let k = cfg.eagle_topk as usize;
+    let k = shape.topk as usize;
     let vocab = m.vocab();
     let limit = m.pass_limit().unwrap_or(usize::MAX);
     let nseq = seqs.len();
@@ -449,7 +453,7 @@ pub fn spec_round<M: SpecModel>(
             builders.push(b);
         }
     }
-    for _step in 1..cfg.num_steps {
+    for _step in 1..shape.num_steps {
         // (sequence, candidate) of every live beam.
         let mut work: Vec<(usize, usize)> = Vec::new();
         for (si, b) in builders.iter().enumerate() {

@@ -125,12 +125,7 @@ fn engine_session_advances_to_deadlines_and_cancels() {
         kbench_engine::Device::Cpu,
     )
     .unwrap();
-    let spec = SpecSettings {
-        num_steps: 3,
-        eagle_topk: 1,
-        num_draft_tokens: 4,
-        verify: VerifyMethod::Greedy,
-    };
+    let spec = SpecSettings::new(3, 1, 4, VerifyMethod::Greedy).unwrap();
     let mut backend = EngineBackend::from_model(model, Some(spec), false, 8, 0.0, 1);
     let mut session = backend.start_level(4).unwrap();
     session.record_chunks();

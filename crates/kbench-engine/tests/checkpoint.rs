@@ -52,12 +52,7 @@ fn tiny_model_round_trips_through_disk() {
         spec: None,
     };
     let plain = generate(d, None, &opts).unwrap();
-    opts.spec = Some(SpecSettings {
-        num_steps: 3,
-        eagle_topk: 1,
-        num_draft_tokens: 4,
-        verify: VerifyMethod::Greedy,
-    });
+    opts.spec = Some(SpecSettings::new(3, 1, 4, VerifyMethod::Greedy).unwrap());
     let spec = generate(d, None, &opts).unwrap();
     assert_eq!(plain.tokens, spec.tokens);
     assert_eq!(plain.prompt_tokens, (10..16).collect::<Vec<u32>>());

@@ -223,15 +223,7 @@ fn batching_does_not_change_tokens() {
         (0.8, VerifyMethod::TargetOnly),
         (0.8, VerifyMethod::Exact),
     ] {
-        for spec in [
-            None,
-            Some(SpecSettings {
-                num_steps: 3,
-                eagle_topk: 2,
-                num_draft_tokens: 5,
-                verify: method,
-            }),
-        ] {
+        for spec in [None, Some(SpecSettings::new(3, 2, 5, method).unwrap())] {
             let together = run_batch(&model, prompts.clone(), 20, temp, 9, spec.as_ref()).unwrap();
             for (i, p) in prompts.iter().enumerate() {
                 let alone = run_batch(&model, vec![p.clone()], 20, temp, 9, spec.as_ref()).unwrap();
@@ -296,12 +288,7 @@ fn first_token_distribution(method: VerifyMethod, topk: u32, steps: u32) {
         topk * steps + 1
     };
     TreeShape::new(steps, topk, ndt).unwrap();
-    let cfg = SpecSettings {
-        num_steps: steps,
-        eagle_topk: topk,
-        num_draft_tokens: ndt,
-        verify: method,
-    };
+    let cfg = SpecSettings::new(steps, topk, ndt, method).unwrap();
     let n = 3000u64;
     let mut counts = vec![0u64; 64];
     for trial in 0..n {
@@ -351,12 +338,7 @@ fn chain_trace_replay_reproduces_engine_accept_lengths() {
     )
     .unwrap();
     for steps in 1..=5u32 {
-        let cfg = SpecSettings {
-            num_steps: steps,
-            eagle_topk: 1,
-            num_draft_tokens: steps + 1,
-            verify: VerifyMethod::Greedy,
-        };
+        let cfg = SpecSettings::new(steps, 1, steps + 1, VerifyMethod::Greedy).unwrap();
         let seqs = run_batch(&model, prompts.clone(), max_new, 0.0, 0, Some(&cfg)).unwrap();
         let shape = TreeShape::chain(steps).unwrap();
         for (si, s) in seqs.iter().enumerate() {
@@ -397,12 +379,7 @@ fn tree_trace_replay_error_vs_engine() {
         )
         .unwrap();
         for (steps, topk, ndt) in [(3u32, 2u32, 4u32), (3, 4, 8), (5, 4, 8), (4, 2, 6)] {
-            let cfg = SpecSettings {
-                num_steps: steps,
-                eagle_topk: topk,
-                num_draft_tokens: ndt,
-                verify: VerifyMethod::Greedy,
-            };
+            let cfg = SpecSettings::new(steps, topk, ndt, VerifyMethod::Greedy).unwrap();
             let shape = TreeShape::new(steps, topk, ndt).unwrap();
             let seqs = run_batch(&model, prompts.clone(), max_new, 0.0, 0, Some(&cfg)).unwrap();
             let mut line = format!("quality {quality} ({steps},{topk},{ndt}):");
