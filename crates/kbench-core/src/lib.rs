@@ -17,6 +17,7 @@ pub mod prompt;
 pub mod report;
 pub mod seed;
 pub mod spec;
+pub mod stack_profile;
 pub mod trace;
 pub mod tree;
 pub mod verify;

@@ -1063,22 +1063,56 @@ pub struct StackMeta {
     pub reps: usize,
 }
 
-/// The profile `kbench calibrate-passes` reads (kbench-sim's `passes::StackProfile`); a pure
-/// function so the root crate's tests can check the writer and the reader agree without a GPU.
+/// The profile `kbench calibrate-passes` reads (kbench-core's `StackProfile`, the one type
+/// both sides use); a pure function so the root crate's tests can check the reader takes what
+/// this writes without a GPU.
 pub fn stack_profile_toml(m: &StackMeta, rows: &[StackRow]) -> String {
+    use kbench_core::stack_profile::{StackDevice, StackInfo, StackPass, StackProfile};
     let c = MoeConfig::kimi_k25();
-    let mut toml = String::new();
-    let _ = writeln!(
-        toml,
-        "# kbench GPU layer-stack profile, written by kbench-gpu stack (scripts/gpu-check.sh)."
-    );
-    let _ = writeln!(toml, "# Per-pass times of `layers` full-width Kimi-K2.5 decoder layers with random weights, CUDA events, median of {}.", m.reps);
-    let _ = writeln!(toml, "[device]\nname = {:?}\ncompute_capability = \"{}.{}\"\nsm_count = {}\nl2_bytes = {}\ntotal_mem_bytes = {}\ndriver_cuda_version = {}\ndriver = {:?}",
-        m.device_name, m.compute_capability.0, m.compute_capability.1, m.sm_count, m.l2_bytes, m.total_mem_bytes, m.driver_cuda_version, m.driver);
-    let _ = writeln!(toml, "\n[stack]\nmodel = \"kimi-k2.5 slice\"\nlayers = {}\nhidden = {HID}\nn_routed_experts = {}\ntop_k = {}\nmoe_intermediate = {}\nheads = {NH}\nkv_lora_rank = {KVL}\ncontext = {}\npage_size = {}\nverify_tokens_per_request = {}\nweights = \"random (pattern-filled experts, random router)\"", m.layers, c.n_experts, c.top_k, c.inter, m.context, m.page_size, m.verify_tokens_per_request);
-    let _ = writeln!(toml, "# q_a, q_b, kv_a, o_proj, shared expert gate_up / down: {}; absorbed W_UK / W_UV and the f32 router: own bf16_matmul\ndense_linears = {:?}", m.dense_linears_note, m.dense_linears);
-    for r in rows {
-        let _ = writeln!(toml, "\n[[pass]]\nkind = {:?}\nbatch = {}\ntokens = {}\nms = {:.5}\nms_per_layer = {:.5}\ncuda_graph = {}\nactive_experts_last_layer = {}", r.kind, r.batch, r.tokens, r.ms, r.ms / m.layers as f64, r.graph, r.active_experts);
-    }
-    toml
+    // times to 10 ns: finer than CUDA events resolve
+    let round = |ms: f64| (ms * 1e5).round() / 1e5;
+    let profile = StackProfile {
+        device: StackDevice {
+            name: m.device_name.clone(),
+            compute_capability: format!("{}.{}", m.compute_capability.0, m.compute_capability.1),
+            sm_count: Some(m.sm_count as u64),
+            l2_bytes: Some(m.l2_bytes as u64),
+            total_mem_bytes: Some(m.total_mem_bytes as u64),
+            driver_cuda_version: Some(i64::from(m.driver_cuda_version)),
+            driver: Some(m.driver.clone()),
+        },
+        stack: StackInfo {
+            model: "kimi-k2.5 slice".into(),
+            layers: m.layers as u32,
+            hidden: HID as u32,
+            n_routed_experts: c.n_experts as u32,
+            top_k: c.top_k as u32,
+            moe_intermediate: c.inter as u32,
+            heads: NH as u32,
+            kv_lora_rank: KVL as u32,
+            context: m.context as u32,
+            page_size: Some(m.page_size as u32),
+            verify_tokens_per_request: m.verify_tokens_per_request as u32,
+            weights: Some("random (pattern-filled experts, random router)".into()),
+            dense_linears: Some(m.dense_linears.clone()),
+        },
+        pass: rows
+            .iter()
+            .map(|r| StackPass {
+                kind: r.kind.into(),
+                batch: r.batch as u32,
+                tokens: r.tokens as u32,
+                ms: round(r.ms),
+                ms_per_layer: Some(round(r.ms / m.layers as f64)),
+                cuda_graph: r.graph,
+                active_experts_last_layer: Some(i64::from(r.active_experts)),
+            })
+            .collect(),
+    };
+    profile.to_toml(&format!(
+        "kbench GPU layer-stack profile, written by kbench-gpu stack (scripts/gpu-check.sh).\n\
+         Per-pass times of `layers` full-width Kimi-K2.5 decoder layers with random weights, CUDA events, median of {}.\n\
+         q_a, q_b, kv_a, o_proj, shared expert gate_up / down: {}; absorbed W_UK / W_UV and the f32 router: own bf16_matmul.",
+        m.reps, m.dense_linears_note
+    ))
 }

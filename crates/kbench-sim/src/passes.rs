@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use kbench_core::arch::ModelArch;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::calibrate::round_sig;
 use crate::cost::{CostModel, PassKind};
@@ -23,54 +23,7 @@ use crate::error::SimError;
 use crate::presets::load_tables;
 use crate::profile::{CalibrationStamp, HardwareProfile, Provenance};
 
-/// The stack profile as `kbench-gpu stack` writes it. Informational keys this reader does not
-/// use are accepted, so that a newer writer's extra fields do not break an older reader.
-#[derive(Debug, Clone, Deserialize)]
-pub struct StackProfile {
-    pub device: StackDevice,
-    pub stack: StackInfo,
-    #[serde(default)]
-    pub pass: Vec<StackPass>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct StackDevice {
-    pub name: String,
-    #[serde(default)]
-    pub compute_capability: String,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct StackInfo {
-    pub model: String,
-    pub layers: u32,
-    pub hidden: u32,
-    pub n_routed_experts: u32,
-    pub top_k: u32,
-    pub moe_intermediate: u32,
-    pub heads: u32,
-    pub kv_lora_rank: u32,
-    pub context: u32,
-    pub verify_tokens_per_request: u32,
-    /// `cublas` or `own`: which kernels ran the dense BF16 projections.
-    #[serde(default)]
-    pub dense_linears: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct StackPass {
-    pub kind: String,
-    pub batch: u32,
-    pub tokens: u32,
-    /// The whole pass (all `layers`); the per-layer time is derived from it.
-    pub ms: f64,
-    /// Informational (ms / layers, rounded by the writer).
-    #[serde(default)]
-    pub ms_per_layer: Option<f64>,
-    pub cuda_graph: bool,
-    #[serde(default)]
-    pub active_experts_last_layer: Option<i64>,
-}
+pub use kbench_core::stack_profile::{StackDevice, StackInfo, StackPass, StackProfile};
 
 /// One pass: measured and predicted GPU time per layer.
 #[derive(Debug, Clone, Serialize)]
