@@ -45,34 +45,50 @@ pub struct Case<'a> {
     pub run: Box<dyn FnMut() -> Result<()> + 'a>,
 }
 
-// SGLang 0.5.14 on H200 (aiconfigurator-core 0.12.0 h200_sxm tables; ms per call).
-/// Marlin INT4 MoE (int4_wo), 384 experts, top-8, moe_tp 1, ep 1: (tokens, balanced, power_law_1.01)
-pub const SGLANG_MARLIN_MOE: &[(usize, f64, f64)] = &[
-    (1, 0.08634, 0.08375),
-    (8, 0.46391, 0.46743),
-    (16, 0.96227, 0.82196),
-    (32, 1.77141, 1.26337),
-    (64, 2.64439, 1.77981),
-    (128, 3.03832, 2.24152),
+/// SGLang's time for one call of `op` at `x` on H200 (ms), from the aiconfigurator h200_sxm
+/// tables kbench embeds (data/optables/h200_sxm, the same rows the simulator prices with);
+/// `None` where the tables would have to extrapolate.
+pub fn sglang_h200_ms(op: &str, x: [f64; 3]) -> Option<f64> {
+    let tables = kbench_sim::optable::OpTables::embedded("h200_sxm").ok()?;
+    let ms = tables
+        .lookup(op, x, "a kernel benchmark's reference")
+        .ok()?;
+    tables.flagged().is_empty().then_some(ms)
+}
+
+/// Marlin INT4 MoE (int4_wo), 384 experts, top-8, moe_tp 1, ep 1, balanced routing.
+fn sglang_marlin_moe_ms(tokens: usize) -> Option<f64> {
+    sglang_h200_ms(
+        "moe/int4_wo/h7168/i2048/e384/k8/balanced",
+        [1.0, tokens as f64, 1.0],
+    )
+}
+
+/// torch's bf16 linear (`gemm/bf16`: n, k, m).
+fn sglang_bf16_gemm_ms(m: usize, n: usize, k: usize) -> Option<f64> {
+    sglang_h200_ms("gemm/bf16", [n as f64, k as f64, m as f64])
+}
+
+/// MLA decode (`mla_gen/bf16`: heads, batch, step) with Kimi-K2.5's 64 heads.
+fn sglang_mla_decode_ms(batch: usize, step: usize) -> Option<f64> {
+    sglang_h200_ms("mla_gen/bf16", [NH as f64, batch as f64, step as f64])
+}
+
+/// The BF16 linears of Kimi-K2.5's attention and shared expert at TP 1 (m, n, k).
+const BF16_LINEAR_SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1536, 7168),
+    (16, 1536, 7168),
+    (64, 1536, 7168),
+    (1, 4096, 7168),
+    (16, 4096, 7168),
+    (64, 4096, 7168),
+    (1, 7168, 8192),
+    (16, 7168, 8192),
+    (64, 7168, 8192),
+    (1, 12288, 1536),
+    (16, 12288, 1536),
+    (64, 12288, 1536),
 ];
-/// MLA decode (mla_generation, flash_attention kernel, bf16 KV), 64 heads, batch 64, step 4095.
-pub const SGLANG_MLA_B64_CTX4095: f64 = 0.10392;
-/// torch bf16 linear (m, n, k, ms).
-pub const SGLANG_BF16_GEMM: &[(usize, usize, usize, f64)] = &[
-    (1, 1536, 7168, 0.010210),
-    (16, 1536, 7168, 0.010171),
-    (64, 1536, 7168, 0.010660),
-    (1, 4096, 7168, 0.018985),
-    (16, 4096, 7168, 0.020635),
-    (64, 4096, 7168, 0.021251),
-    (1, 7168, 8192, 0.032725),
-    (16, 7168, 8192, 0.033737),
-    (64, 7168, 8192, 0.031405),
-    (1, 12288, 1536, 0.012492),
-    (16, 12288, 1536, 0.012583),
-    (64, 12288, 1536, 0.012572),
-];
-pub const SGLANG_BF16_8192: f64 = 2.17027;
 
 /// Upload `n` random bf16 values in [-a, a).
 pub fn rand_bf16(dev: &CudaDevice, rng: &mut Rand, n: usize, a: f32) -> Result<DBuf<u16>> {
@@ -217,7 +233,8 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
     // BF16 linear beside torch's: the own kernel, then cuBLAS at the same shape on the same
     // rotated weights (no cuBLAS rows where it is not loadable; kernel_table says why)
     let blas = Blas::new(dev).ok().map(std::rc::Rc::new);
-    for &(m, n, k, r) in SGLANG_BF16_GEMM {
+    for &(m, n, k) in BF16_LINEAR_SHAPES {
+        let r = sglang_bf16_gemm_ms(m, n, k);
         if quick && m != 16 {
             continue;
         }
@@ -239,7 +256,7 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
                 name: format!("bf16_matmul M{m} N{n} K{k}"),
                 bytes,
                 flops,
-                ref_ms: Some(r),
+                ref_ms: r,
                 ref_name: "torch bf16 linear",
                 run: Box::new(move || {
                     i = (i + 1) % w.len();
@@ -271,7 +288,7 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
                 name: format!("cublas bf16 linear M{m} N{n} K{k}"),
                 bytes,
                 flops,
-                ref_ms: Some(r),
+                ref_ms: r,
                 ref_name: "torch bf16 linear",
                 run: Box::new(move || {
                     i = (i + 1) % w.len();
@@ -306,11 +323,6 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
     let mut moe_cases: Vec<(usize, bool)> = toks.iter().map(|&t| (t, true)).collect();
     moe_cases.push((64, false));
     for (t, balanced) in moe_cases {
-        let (_, bal, _pl) = SGLANG_MARLIN_MOE
-            .iter()
-            .cloned()
-            .find(|x| x.0 == t)
-            .unwrap();
         // balanced: token i takes experts (8i .. 8i+7) mod E, like aiconfigurator's "balanced"
         let lg: Vec<f32> = if balanced {
             (0..t * c.n_experts)
@@ -347,7 +359,11 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
             ),
             bytes: distinct * per_expert + (t * c.hidden * 4) as f64,
             flops: 2.0 * (p * 3 * c.hidden * c.inter) as f64,
-            ref_ms: if balanced { Some(bal) } else { None },
+            ref_ms: if balanced {
+                sglang_marlin_moe_ms(t)
+            } else {
+                None
+            },
             ref_name: if balanced {
                 "SGLang Marlin MoE (balanced)"
             } else {
@@ -373,12 +389,12 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
     }
     // MLA decode / verify
     let mla: &[(usize, usize, usize, Option<f64>)] = if quick {
-        &[(64, 1, 4095, Some(SGLANG_MLA_B64_CTX4095))]
+        &[(64, 1, 4095, sglang_mla_decode_ms(64, 4095))]
     } else {
         &[
             (1, 1, 4095, None),
             (16, 1, 4095, None),
-            (64, 1, 4095, Some(SGLANG_MLA_B64_CTX4095)),
+            (64, 1, 4095, sglang_mla_decode_ms(64, 4095)),
             (64, 1, 8191, None),
             (16, 4, 2048, None),
         ]
@@ -486,7 +502,13 @@ pub fn kernel_table(dev: &CudaDevice, quick: bool) -> Result<(String, Vec<BenchR
     );
     match cublas_bf16_tflops(dev, 8192) {
         Ok(t) => {
-            let _ = writeln!(s, "ceiling: cuBLAS bf16 8192^3 {t:.0} TFLOP/s ({:.3} ms; SGLang torch {SGLANG_BF16_8192:.3} ms)", 2.0 * 8192f64.powi(3) / t / 1e9);
+            let sglang = sglang_bf16_gemm_ms(8192, 8192, 8192)
+                .map_or("not in the h200 tables".into(), |ms| format!("{ms:.3} ms"));
+            let _ = writeln!(
+                s,
+                "ceiling: cuBLAS bf16 8192^3 {t:.0} TFLOP/s ({:.3} ms; SGLang torch {sglang})",
+                2.0 * 8192f64.powi(3) / t / 1e9
+            );
         }
         Err(e) => {
             let _ = writeln!(s, "ceiling: cuBLAS bf16 unavailable: {e}");
@@ -1115,4 +1137,28 @@ pub fn stack_profile_toml(m: &StackMeta, rows: &[StackRow]) -> String {
          q_a, q_b, kv_a, o_proj, shared expert gate_up / down: {}; absorbed W_UK / W_UV and the f32 router: own bf16_matmul.",
         m.reps, m.dense_linears_note
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel cases' references come from the h200 tables at measured points: the op
+    /// names and the axis order are right when each lands on its row (the values here are
+    /// the rows of data/optables/h200_sxm, as SGLang measured them).
+    #[test]
+    fn every_reference_is_a_measured_h200_row() {
+        for &(m, n, k) in BF16_LINEAR_SHAPES {
+            assert!(sglang_bf16_gemm_ms(m, n, k).is_some(), "({m}, {n}, {k})");
+        }
+        for t in [1, 8, 16, 32, 64, 128] {
+            assert!(sglang_marlin_moe_ms(t).is_some(), "{t} tokens");
+        }
+        let close = |got: Option<f64>, row: f64| (got.unwrap() - row).abs() < 1e-9;
+        assert!(close(sglang_marlin_moe_ms(1), 0.086336));
+        assert!(close(sglang_bf16_gemm_ms(16, 4096, 7168), 0.0206347));
+        assert!(close(sglang_mla_decode_ms(64, 4095), 0.103918));
+        // beyond the grid the tables do not guess
+        assert_eq!(sglang_marlin_moe_ms(1 << 20), None);
+    }
 }
