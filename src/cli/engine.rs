@@ -115,7 +115,7 @@ pub(super) fn spec_settings(
         )
     })?;
     Ok(SpecSettings {
-        shape: s.shape(),
+        shape: s.shape,
         verify,
     })
 }

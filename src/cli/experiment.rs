@@ -299,9 +299,9 @@ pub fn validate(args: ValidateArgs) -> CliResult<()> {
         let spec = if s.is_speculative() {
             format!(
                 "EAGLE3 steps={} topk={} draft_tokens={} {}",
-                s.num_steps,
-                s.eagle_topk,
-                s.num_draft_tokens,
+                s.shape.num_steps,
+                s.shape.topk,
+                s.shape.num_draft_tokens,
                 if s.spec_v2 { "v2" } else { "v1" }
             )
         } else {

@@ -337,9 +337,9 @@ fn sim_config(
         "cuda_graph_max_bs": exp.cuda_graph_max_bs,
         "random_seed": exp.file.seed,
         "speculative_algorithm": spec_on.then_some("EAGLE3"),
-        "speculative_num_steps": spec_on.then_some(exp.spec.num_steps),
-        "speculative_eagle_topk": spec_on.then_some(exp.spec.eagle_topk),
-        "speculative_num_draft_tokens": spec_on.then_some(exp.spec.num_draft_tokens),
+        "speculative_num_steps": spec_on.then_some(exp.spec.shape.num_steps),
+        "speculative_eagle_topk": spec_on.then_some(exp.spec.shape.topk),
+        "speculative_num_draft_tokens": spec_on.then_some(exp.spec.shape.num_draft_tokens),
         "enable_spec_v2": exp.spec.spec_v2,
         "stream_interval": 1,
         "enable_metrics": true,
@@ -358,7 +358,7 @@ fn sim_config(
         speed,
         vocab: exp.model.vocab_size,
         seed: exp.file.seed,
-        proposed: spec_on.then(|| exp.spec.num_draft_tokens.saturating_sub(1)),
+        proposed: spec_on.then(|| exp.spec.shape.num_draft_tokens.saturating_sub(1)),
         max_running,
     };
     Ok(ServeConfig {
@@ -373,7 +373,7 @@ fn sim_config(
             vocab: exp.model.vocab_size as usize,
             eos_token_id: None,
             draft_positions: if spec_on {
-                exp.spec.num_draft_tokens as usize - 1
+                exp.spec.shape.num_draft_tokens as usize - 1
             } else {
                 0
             },

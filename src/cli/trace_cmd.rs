@@ -289,7 +289,7 @@ fn record_live(a: super::args::TraceRecordArgs) -> CliResult<()> {
     );
     let t = trace::from_rounds(
         &requests,
-        (s.num_steps, s.eagle_topk, s.num_draft_tokens),
+        (s.shape.num_steps, s.shape.topk, s.shape.num_draft_tokens),
         provenance,
     );
     trace::write(&t, &a.out, TraceForm::from_path(&a.out)).map_err(|e| CliError::from_error(&e))?;
@@ -313,9 +313,9 @@ fn record_live(a: super::args::TraceRecordArgs) -> CliResult<()> {
             trace::ObservedKind::ChainRounds => "chain (exact accept/miss per round)",
             trace::ObservedKind::AcceptLengths => "tree (accept lengths only)",
         },
-        s.num_steps,
-        s.eagle_topk,
-        s.num_draft_tokens,
+        s.shape.num_steps,
+        s.shape.topk,
+        s.shape.num_draft_tokens,
         a.out.display(),
         if coalesced > 0 {
             format!("; {coalesced} request(s) left out: coalesced chunks")

@@ -198,9 +198,9 @@ pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> Experime
                 Algorithm::None => "none".into(),
                 Algorithm::Eagle3 => "EAGLE3".into(),
             },
-            num_steps: s.num_steps,
-            eagle_topk: s.eagle_topk,
-            num_draft_tokens: s.num_draft_tokens,
+            num_steps: s.shape.num_steps,
+            eagle_topk: s.shape.topk,
+            num_draft_tokens: s.shape.num_draft_tokens,
             spec_v2: s.spec_v2,
             disable_batch_threshold: s.disable_batch_threshold,
             verify: serde_json::to_value(s.verify)

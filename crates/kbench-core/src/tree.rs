@@ -19,6 +19,7 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct TreeShape {
     pub num_steps: u32,
+    #[serde(rename = "eagle_topk")]
     pub topk: u32,
     /// Nodes verified per round, root included.
     pub num_draft_tokens: u32,

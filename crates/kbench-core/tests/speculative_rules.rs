@@ -39,10 +39,13 @@ fn each_rule_by_name() {
     assert!(rule(&eagle(Some(0), Some(1), Some(1), false)).contains("positive"));
     // none set: SGLang's default chain
     let d = validate_speculative(&eagle(None, None, None, false)).unwrap();
-    assert_eq!((d.num_steps, d.eagle_topk, d.num_draft_tokens), (3, 1, 4));
+    assert_eq!(
+        (d.shape.num_steps, d.shape.topk, d.shape.num_draft_tokens),
+        (3, 1, 4)
+    );
     // steps and topk 1 alone: the chain's draft tokens follow
     let c = validate_speculative(&eagle(Some(4), Some(1), None, false)).unwrap();
-    assert_eq!(c.num_draft_tokens, 5);
+    assert_eq!(c.shape.num_draft_tokens, 5);
     // v2 with a tree is a what-if when allowed, recorded as unsupported
     let mut what_if = eagle(Some(3), Some(4), Some(8), true);
     what_if.allow_unsupported = true;
@@ -74,8 +77,8 @@ proptest! {
             && !(v2 && topk > 1);
         prop_assert_eq!(got.is_ok(), allowed, "{:?}", got);
         if let Ok(c) = got {
-            prop_assert_eq!((c.num_steps, c.eagle_topk, c.num_draft_tokens, c.spec_v2), (steps, topk, tokens, v2));
-            prop_assert!(c.num_candidates() + 1 >= c.num_draft_tokens);
+            prop_assert_eq!((c.shape.num_steps, c.shape.topk, c.shape.num_draft_tokens, c.spec_v2), (steps, topk, tokens, v2));
+            prop_assert!(c.num_candidates() + 1 >= c.shape.num_draft_tokens);
         }
     }
 }

@@ -7,6 +7,7 @@ use kbench_core::arch::DraftArch;
 
 use crate::error::{EngineError, Result};
 use crate::linalg::{rms_norm, rms_norm_to, silu, softmax_inplace, Linear};
+use crate::names::{self, draft};
 use crate::rope::Rope;
 use crate::st::WeightStore;
 use crate::target::Target;
@@ -107,25 +108,25 @@ impl Draft {
             Ok(Linear::bf16(
                 out,
                 inp,
-                ws.bf16s(&format!("{name}.weight"), &[out, inp])?,
+                ws.bf16s(&names::weight(name), &[out, inp])?,
             ))
         };
-        let n = |name: &str| ws.f32s(&format!("{name}.weight"), &[h]);
+        let n = |name: &str| ws.f32s(&names::weight(name), &[h]);
         let d2t = read_d2t(ws, dv, target.vocab)?;
         Ok(Draft {
-            fc: l("fc", h, ncap * h)?,
-            in_norm: n("midlayer.input_layernorm")?,
-            hidden_norm: n("midlayer.hidden_norm")?,
-            q: l("midlayer.self_attn.q_proj", nh * hd, 2 * h)?,
-            k: l("midlayer.self_attn.k_proj", nkv * hd, 2 * h)?,
-            v: l("midlayer.self_attn.v_proj", nkv * hd, 2 * h)?,
-            o: l("midlayer.self_attn.o_proj", h, nh * hd)?,
-            post_norm: n("midlayer.post_attention_layernorm")?,
-            gate: l("midlayer.mlp.gate_proj", i, h)?,
-            up: l("midlayer.mlp.up_proj", i, h)?,
-            down: l("midlayer.mlp.down_proj", h, i)?,
-            norm: n("norm")?,
-            lm_head: l("lm_head", dv, h)?,
+            fc: l(draft::FC, h, ncap * h)?,
+            in_norm: n(draft::INPUT_NORM)?,
+            hidden_norm: n(draft::HIDDEN_NORM)?,
+            q: l(draft::Q, nh * hd, 2 * h)?,
+            k: l(draft::K, nkv * hd, 2 * h)?,
+            v: l(draft::V, nkv * hd, 2 * h)?,
+            o: l(draft::O, h, nh * hd)?,
+            post_norm: n(draft::POST_ATTENTION_NORM)?,
+            gate: l(draft::GATE, i, h)?,
+            up: l(draft::UP, i, h)?,
+            down: l(draft::DOWN, h, i)?,
+            norm: n(draft::FINAL_NORM)?,
+            lm_head: l(draft::LM_HEAD, dv, h)?,
             d2t,
             rope: Rope::new(hd, arch.rope_theta, None, false),
             hidden: h,
@@ -321,19 +322,19 @@ impl DraftCache {
 /// The draft-to-target vocabulary map: `d2t` holds offsets (target id = draft id + offset),
 /// checked to land inside the target vocabulary; without it the vocabularies must be equal.
 pub(crate) fn read_d2t(ws: &WeightStore, dv: usize, target_vocab: usize) -> Result<Vec<u32>> {
-    if !ws.contains("d2t") {
+    if !ws.contains(draft::D2T) {
         if dv == target_vocab {
             return Ok((0..dv as u32).collect());
         }
         return Err(EngineError::MissingTensor {
-            name: "d2t".into(),
+            name: draft::D2T.into(),
             dir: ws.dir.clone(),
         });
     }
-    let (shape, off) = ws.ints("d2t")?;
+    let (shape, off) = ws.ints(draft::D2T)?;
     if shape != [dv] {
         return Err(EngineError::Shape {
-            name: "d2t".into(),
+            name: draft::D2T.into(),
             expected: vec![dv],
             got: shape,
         });

@@ -32,6 +32,7 @@ use crate::device::Device;
 use crate::draft::Draft;
 use crate::error::{write_err, EngineError, Result};
 use crate::model::Model;
+use crate::names::{self, draft, Int4, Proj, TargetNames};
 use crate::st::{write_index, Dtype, StreamWriter, TensorPlan, WeightStore};
 use crate::target::Target;
 use kbench_numerics::{bf16, int4};
@@ -469,11 +470,14 @@ impl Gen {
         }
     }
 
+    fn names(&self) -> TargetNames<'_> {
+        TargetNames::new(&self.prefix)
+    }
     fn embed_name(&self) -> String {
-        format!("{}model.embed_tokens.weight", self.prefix)
+        self.names().embed()
     }
     fn lm_name(&self) -> String {
-        format!("{}lm_head.weight", self.prefix)
+        names::weight(&self.names().lm_head())
     }
 
     /// The draft vocabulary: as real d2t maps are built from token frequency, take the
@@ -626,7 +630,7 @@ impl Gen {
             },
             Job {
                 plan: plan(
-                    format!("{}model.norm.weight", self.prefix),
+                    names::weight(&self.names().final_norm()),
                     Dtype::BF16,
                     vec![h],
                 ),
@@ -643,8 +647,8 @@ impl Gen {
         let d = &self.d;
         let h = d.hidden;
         let gain = d.layer_gain;
-        let lp = format!("{}model.layers.{l}", self.prefix);
-        let a = format!("{lp}.self_attn");
+        let ln = self.names().layer(l);
+        let w = |module: String| names::weight(&module);
         let mut jobs = Vec::new();
         let mut bf = |name: String, shape: Vec<usize>, fill: Fill| {
             jobs.push(Job {
@@ -653,79 +657,47 @@ impl Gen {
             })
         };
         let std_in = |n: usize| 1.0 / (n as f32).sqrt();
-        bf(
-            format!("{lp}.input_layernorm.weight"),
-            vec![h],
-            Fill::Const(1.0),
-        );
+        bf(w(ln.input_norm()), vec![h], Fill::Const(1.0));
         let qd = d.heads * (d.nope + d.rope);
         match d.q_lora_rank {
             Some(qr) => {
-                bf(
-                    format!("{a}.q_a_proj.weight"),
-                    vec![qr, h],
-                    Fill::Rand { std: std_in(h) },
-                );
-                bf(
-                    format!("{a}.q_a_layernorm.weight"),
-                    vec![qr],
-                    Fill::Const(1.0),
-                );
-                bf(
-                    format!("{a}.q_b_proj.weight"),
-                    vec![qd, qr],
-                    Fill::Rand { std: std_in(qr) },
-                );
+                bf(w(ln.q_a()), vec![qr, h], Fill::Rand { std: std_in(h) });
+                bf(w(ln.q_a_norm()), vec![qr], Fill::Const(1.0));
+                bf(w(ln.q_b()), vec![qd, qr], Fill::Rand { std: std_in(qr) });
             }
-            None => bf(
-                format!("{a}.q_proj.weight"),
-                vec![qd, h],
-                Fill::Rand { std: std_in(h) },
-            ),
+            None => bf(w(ln.q()), vec![qd, h], Fill::Rand { std: std_in(h) }),
         }
         bf(
-            format!("{a}.kv_a_proj_with_mqa.weight"),
+            w(ln.kv_a()),
             vec![d.kv_lora_rank + d.rope, h],
             Fill::Rand { std: std_in(h) },
         );
+        bf(w(ln.kv_a_norm()), vec![d.kv_lora_rank], Fill::Const(1.0));
         bf(
-            format!("{a}.kv_a_layernorm.weight"),
-            vec![d.kv_lora_rank],
-            Fill::Const(1.0),
-        );
-        bf(
-            format!("{a}.kv_b_proj.weight"),
+            w(ln.kv_b()),
             vec![d.heads * (d.nope + d.v_head), d.kv_lora_rank],
             Fill::Rand {
                 std: std_in(d.kv_lora_rank),
             },
         );
         bf(
-            format!("{a}.o_proj.weight"),
+            w(ln.o()),
             vec![h, d.heads * d.v_head],
             Fill::Rand {
                 std: gain * std_in(d.heads * d.v_head),
             },
         );
-        bf(
-            format!("{lp}.post_attention_layernorm.weight"),
-            vec![h],
-            Fill::Const(1.0),
-        );
-        let mp = format!("{lp}.mlp");
+        bf(w(ln.post_attention_norm()), vec![h], Fill::Const(1.0));
         if l < d.first_k_dense {
+            let mp = ln.dense_mlp();
             bf(
-                format!("{mp}.gate_proj.weight"),
+                w(mp.gate()),
                 vec![d.inter, h],
                 Fill::Rand { std: std_in(h) },
             );
+            bf(w(mp.up()), vec![d.inter, h], Fill::Rand { std: std_in(h) });
             bf(
-                format!("{mp}.up_proj.weight"),
-                vec![d.inter, h],
-                Fill::Rand { std: std_in(h) },
-            );
-            bf(
-                format!("{mp}.down_proj.weight"),
+                w(mp.down()),
                 vec![h, d.inter],
                 Fill::Rand {
                     std: gain * std_in(d.inter),
@@ -733,80 +705,60 @@ impl Gen {
             );
         } else {
             bf(
-                format!("{mp}.gate.weight"),
+                w(ln.router()),
                 vec![d.experts, h],
                 Fill::Rand { std: std_in(h) },
             );
             jobs.push(Job {
-                plan: plan(
-                    format!("{mp}.gate.e_score_correction_bias"),
-                    Dtype::F32,
-                    vec![d.experts],
-                ),
+                plan: plan(ln.router_bias(), Dtype::F32, vec![d.experts]),
                 fill: Fill::Rand { std: 0.05 },
             });
             for e in 0..d.experts {
-                let ep = format!("{mp}.experts.{e}");
+                let ep = ln.expert(e);
                 for (proj, out, inp, std) in [
-                    ("gate_proj", d.moe_inter, h, std_in(h)),
-                    ("up_proj", d.moe_inter, h, std_in(h)),
+                    (Proj::Gate, d.moe_inter, h, std_in(h)),
+                    (Proj::Up, d.moe_inter, h, std_in(h)),
                     (
-                        "down_proj",
+                        Proj::Down,
                         h,
                         d.moe_inter,
                         gain * std_in(d.moe_inter) / 2.827,
                     ),
                 ] {
-                    let base = format!("{ep}.{proj}");
+                    let base = ep.proj(proj);
                     jobs.push(Job {
-                        plan: plan(
-                            format!("{base}.weight_packed"),
-                            Dtype::I32,
-                            vec![out, inp / 8],
-                        ),
+                        plan: plan(Int4::packed(&base), Dtype::I32, vec![out, inp / 8]),
                         fill: Fill::Int4Packed {
                             base: base.clone(),
                             std,
                         },
                     });
                     jobs.push(Job {
-                        plan: plan(
-                            format!("{base}.weight_scale"),
-                            Dtype::BF16,
-                            vec![out, inp / 32],
-                        ),
+                        plan: plan(Int4::scale(&base), Dtype::BF16, vec![out, inp / 32]),
                         fill: Fill::Int4Scale {
                             base: base.clone(),
                             std,
                         },
                     });
                     jobs.push(Job {
-                        plan: plan(format!("{base}.weight_shape"), Dtype::I32, vec![2]),
+                        plan: plan(Int4::shape(&base), Dtype::I32, vec![2]),
                         fill: Fill::Int4Shape,
                     });
                 }
             }
             if d.shared_experts > 0 {
                 let si = d.moe_inter * d.shared_experts;
-                let sp = format!("{mp}.shared_experts");
+                let sp = ln.shared_experts();
                 let mut bf = |name: String, shape: Vec<usize>, fill: Fill| {
                     jobs.push(Job {
                         plan: plan(name, Dtype::BF16, shape),
                         fill,
                     })
                 };
+                bf(w(sp.gate()), vec![si, h], Fill::Rand { std: std_in(h) });
+                bf(w(sp.up()), vec![si, h], Fill::Rand { std: std_in(h) });
                 bf(
-                    format!("{sp}.gate_proj.weight"),
-                    vec![si, h],
-                    Fill::Rand { std: std_in(h) },
-                );
-                bf(
-                    format!("{sp}.up_proj.weight"),
-                    vec![si, h],
-                    Fill::Rand { std: std_in(h) },
-                );
-                bf(
-                    format!("{sp}.down_proj.weight"),
+                    w(sp.down()),
                     vec![h, si],
                     Fill::Rand {
                         std: gain * std_in(si),
@@ -827,59 +779,52 @@ impl Gen {
             plan: plan(name.into(), Dtype::BF16, shape),
             fill,
         };
+        let w = |module: &str| names::weight(module);
         vec![
             bf(
-                "fc.weight",
+                &w(draft::FC),
                 vec![h, 3 * h],
                 Fill::Rand { std: std_in(3 * h) },
             ),
-            bf("midlayer.input_layernorm.weight", vec![h], Fill::Const(1.0)),
-            bf("midlayer.hidden_norm.weight", vec![h], Fill::Const(1.0)),
+            bf(&w(draft::INPUT_NORM), vec![h], Fill::Const(1.0)),
+            bf(&w(draft::HIDDEN_NORM), vec![h], Fill::Const(1.0)),
             bf(
-                "midlayer.self_attn.q_proj.weight",
+                &w(draft::Q),
                 vec![nh * hd, 2 * h],
                 Fill::DraftAttn(AttnPart::Q),
             ),
             bf(
-                "midlayer.self_attn.k_proj.weight",
+                &w(draft::K),
                 vec![nkv * hd, 2 * h],
                 Fill::DraftAttn(AttnPart::K),
             ),
             bf(
-                "midlayer.self_attn.v_proj.weight",
+                &w(draft::V),
                 vec![nkv * hd, 2 * h],
                 Fill::DraftAttn(AttnPart::V),
             ),
+            bf(&w(draft::O), vec![h, nh * hd], Fill::DraftAttn(AttnPart::O)),
+            bf(&w(draft::POST_ATTENTION_NORM), vec![h], Fill::Const(1.0)),
             bf(
-                "midlayer.self_attn.o_proj.weight",
-                vec![h, nh * hd],
-                Fill::DraftAttn(AttnPart::O),
-            ),
-            bf(
-                "midlayer.post_attention_layernorm.weight",
-                vec![h],
-                Fill::Const(1.0),
-            ),
-            bf(
-                "midlayer.mlp.gate_proj.weight",
+                &w(draft::GATE),
                 vec![d.draft_inter, h],
                 Fill::Rand { std: std_in(h) },
             ),
             bf(
-                "midlayer.mlp.up_proj.weight",
+                &w(draft::UP),
                 vec![d.draft_inter, h],
                 Fill::Rand { std: std_in(h) },
             ),
             bf(
-                "midlayer.mlp.down_proj.weight",
+                &w(draft::DOWN),
                 vec![h, d.draft_inter],
                 Fill::Rand {
                     std: 0.05 * std_in(d.draft_inter),
                 },
             ),
-            bf("norm.weight", vec![h], Fill::Const(1.0)),
+            bf(&w(draft::FINAL_NORM), vec![h], Fill::Const(1.0)),
             Job {
-                plan: plan("lm_head.weight".into(), Dtype::BF16, vec![d.draft_vocab, h]),
+                plan: plan(w(draft::LM_HEAD), Dtype::BF16, vec![d.draft_vocab, h]),
                 fill: if q > 0.0 {
                     Fill::DraftLmHead
                 } else {
@@ -887,11 +832,11 @@ impl Gen {
                 },
             },
             Job {
-                plan: plan("d2t".into(), Dtype::I64, vec![d.draft_vocab]),
+                plan: plan(draft::D2T.into(), Dtype::I64, vec![d.draft_vocab]),
                 fill: Fill::D2t,
             },
             Job {
-                plan: plan("t2d".into(), Dtype::BOOL, vec![d.vocab]),
+                plan: plan(draft::T2D.into(), Dtype::BOOL, vec![d.vocab]),
                 fill: Fill::T2d,
             },
         ]

@@ -20,6 +20,7 @@ pub mod generate;
 pub mod init;
 pub mod linalg;
 pub mod model;
+pub mod names;
 mod open;
 pub mod passes;
 pub mod rope;

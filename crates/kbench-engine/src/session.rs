@@ -33,7 +33,7 @@ impl Serving {
         // a resolved experiment's speculative settings passed SGLang's rules, which are
         // stricter than what a tree needs
         let spec = exp.spec.is_speculative().then_some(SpecSettings {
-            shape: exp.spec.shape(),
+            shape: exp.spec.shape,
             verify: exp.spec.verify,
         });
         Serving {

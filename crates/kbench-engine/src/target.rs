@@ -8,6 +8,7 @@ use kbench_core::arch::{ArchFamily, ModelArch, MoeDims};
 
 use crate::error::{EngineError, Result};
 use crate::linalg::{rms_norm, rms_norm_to, swiglu, Linear, Weight};
+use crate::names::{self, Int4, TargetNames};
 use crate::rope::{mla_softmax_scale, Rope};
 use crate::st::{Slice, WeightStore};
 use kbench_numerics::bf16;
@@ -174,13 +175,13 @@ fn lin(ws: &WeightStore, name: &str, out: usize, inp: usize) -> Result<Linear> {
     Ok(Linear::bf16(
         out,
         inp,
-        ws.bf16s(&format!("{name}.weight"), &[out, inp])?,
+        ws.bf16s(&names::weight(name), &[out, inp])?,
     ))
 }
 
 /// A linear that is INT4 compressed-tensors when `name.weight_packed` exists, else BF16.
 fn lin_q(ws: &WeightStore, name: &str, out: usize, inp: usize, group: usize) -> Result<Linear> {
-    let packed_name = format!("{name}.weight_packed");
+    let packed_name = Int4::packed(name);
     if !ws.contains(&packed_name) {
         return lin(ws, name, out, inp);
     }
@@ -190,8 +191,8 @@ fn lin_q(ws: &WeightStore, name: &str, out: usize, inp: usize, group: usize) -> 
         )));
     }
     let packed = ws.words(&packed_name, &[out, inp / 8])?;
-    let scales = ws.bf16s(&format!("{name}.weight_scale"), &[out, inp / group])?;
-    let shape_name = format!("{name}.weight_shape");
+    let scales = ws.bf16s(&Int4::scale(name), &[out, inp / group])?;
+    let shape_name = Int4::shape(name);
     if ws.contains(&shape_name) {
         let (_, s) = ws.ints(&shape_name)?;
         if s != [out as i64, inp as i64] {
@@ -212,7 +213,7 @@ fn lin_q(ws: &WeightStore, name: &str, out: usize, inp: usize, group: usize) -> 
 }
 
 fn norm_w(ws: &WeightStore, name: &str, n: usize) -> Result<Vec<f32>> {
-    ws.f32s(&format!("{name}.weight"), &[n])
+    ws.f32s(&names::weight(name), &[n])
 }
 
 impl Target {
@@ -236,39 +237,30 @@ impl Target {
             mla.kv_lora_rank as usize,
         );
         let vocab = arch.vocab_size as usize;
-        let p = &arch.tensor_prefix;
         let group = arch
             .quant
             .as_ref()
             .map(|q| q.group_size as usize)
             .unwrap_or(32);
-        let embed = ws.bf16s(&format!("{p}model.embed_tokens.weight"), &[vocab, h])?;
+        let names = TargetNames::new(&arch.tensor_prefix);
+        let embed = ws.bf16s(&names.embed(), &[vocab, h])?;
         let mut layers = Vec::with_capacity(arch.num_layers as usize);
         for l in 0..arch.num_layers {
-            let lp = format!("{p}model.layers.{l}");
-            let a = format!("{lp}.self_attn");
+            let ln = names.layer(l as usize);
             let q = match mla.q_lora_rank {
                 Some(qr) => QProj::LowRank {
-                    a: lin(ws, &format!("{a}.q_a_proj"), qr as usize, h)?,
-                    norm: norm_w(ws, &format!("{a}.q_a_layernorm"), qr as usize)?,
-                    b: lin(
-                        ws,
-                        &format!("{a}.q_b_proj"),
-                        heads * (nope + rd),
-                        qr as usize,
-                    )?,
+                    a: lin(ws, &ln.q_a(), qr as usize, h)?,
+                    norm: norm_w(ws, &ln.q_a_norm(), qr as usize)?,
+                    b: lin(ws, &ln.q_b(), heads * (nope + rd), qr as usize)?,
                 },
-                None => QProj::Full(lin(ws, &format!("{a}.q_proj"), heads * (nope + rd), h)?),
+                None => QProj::Full(lin(ws, &ln.q(), heads * (nope + rd), h)?),
             };
             let attn = Mla {
                 q,
-                kv_a: lin(ws, &format!("{a}.kv_a_proj_with_mqa"), rank + rd, h)?,
-                kv_a_norm: norm_w(ws, &format!("{a}.kv_a_layernorm"), rank)?,
-                kv_b: ws.bf16s(
-                    &format!("{a}.kv_b_proj.weight"),
-                    &[heads * (nope + vd), rank],
-                )?,
-                o: lin(ws, &format!("{a}.o_proj"), h, heads * vd)?,
+                kv_a: lin(ws, &ln.kv_a(), rank + rd, h)?,
+                kv_a_norm: norm_w(ws, &ln.kv_a_norm(), rank)?,
+                kv_b: ws.bf16s(&names::weight(&ln.kv_b()), &[heads * (nope + vd), rank])?,
+                o: lin(ws, &ln.o(), h, heads * vd)?,
             };
             let mlp = if arch.is_moe_layer(l) {
                 let d = arch
@@ -277,8 +269,7 @@ impl Target {
                     .ok_or_else(|| EngineError::Unsupported("MoE dims missing".into()))?;
                 let e = d.n_routed_experts as usize;
                 let mi = d.moe_intermediate_size as usize;
-                let mp = format!("{lp}.mlp");
-                let bias_name = format!("{mp}.gate.e_score_correction_bias");
+                let bias_name = ln.router_bias();
                 let bias = if ws.contains(&bias_name) {
                     Some(ws.f32s(&bias_name, &[e])?)
                 } else if d.topk_method == "noaux_tc" {
@@ -291,20 +282,20 @@ impl Target {
                 };
                 let mut experts = Vec::with_capacity(e);
                 for x in 0..e {
-                    let ep = format!("{mp}.experts.{x}");
+                    let ep = ln.expert(x);
                     experts.push(Ffn {
-                        gate: lin_q(ws, &format!("{ep}.gate_proj"), mi, h, group)?,
-                        up: lin_q(ws, &format!("{ep}.up_proj"), mi, h, group)?,
-                        down: lin_q(ws, &format!("{ep}.down_proj"), h, mi, group)?,
+                        gate: lin_q(ws, &ep.gate(), mi, h, group)?,
+                        up: lin_q(ws, &ep.up(), mi, h, group)?,
+                        down: lin_q(ws, &ep.down(), h, mi, group)?,
                     });
                 }
                 let shared = if d.n_shared_experts > 0 {
                     let si = mi * d.n_shared_experts as usize;
-                    let sp = format!("{mp}.shared_experts");
+                    let sp = ln.shared_experts();
                     Some(Ffn {
-                        gate: lin(ws, &format!("{sp}.gate_proj"), si, h)?,
-                        up: lin(ws, &format!("{sp}.up_proj"), si, h)?,
-                        down: lin(ws, &format!("{sp}.down_proj"), h, si)?,
+                        gate: lin(ws, &sp.gate(), si, h)?,
+                        up: lin(ws, &sp.up(), si, h)?,
+                        down: lin(ws, &sp.down(), h, si)?,
                     })
                 } else {
                     None
@@ -319,7 +310,7 @@ impl Target {
                     )));
                 }
                 Mlp::Moe(Box::new(Moe {
-                    router: lin(ws, &format!("{mp}.gate"), e, h)?,
+                    router: lin(ws, &ln.router(), e, h)?,
                     dims: d,
                     bias,
                     experts,
@@ -327,30 +318,31 @@ impl Target {
                 }))
             } else {
                 let i = arch.intermediate_size as usize;
-                let mp = format!("{lp}.mlp");
+                let mp = ln.dense_mlp();
                 Mlp::Dense(Box::new(Ffn {
-                    gate: lin(ws, &format!("{mp}.gate_proj"), i, h)?,
-                    up: lin(ws, &format!("{mp}.up_proj"), i, h)?,
-                    down: lin(ws, &format!("{mp}.down_proj"), h, i)?,
+                    gate: lin(ws, &mp.gate(), i, h)?,
+                    up: lin(ws, &mp.up(), i, h)?,
+                    down: lin(ws, &mp.down(), h, i)?,
                 }))
             };
             layers.push(Layer {
-                in_norm: norm_w(ws, &format!("{lp}.input_layernorm"), h)?,
-                post_norm: norm_w(ws, &format!("{lp}.post_attention_layernorm"), h)?,
+                in_norm: norm_w(ws, &ln.input_norm(), h)?,
+                post_norm: norm_w(ws, &ln.post_attention_norm(), h)?,
                 attn,
                 mlp,
             });
         }
-        let lm_head = if arch.tie_word_embeddings && !ws.contains(&format!("{p}lm_head.weight")) {
+        let lm_head = if arch.tie_word_embeddings && !ws.contains(&names::weight(&names.lm_head()))
+        {
             Linear::bf16(vocab, h, embed.clone())
         } else {
-            lin(ws, &format!("{p}lm_head"), vocab, h)?
+            lin(ws, &names.lm_head(), vocab, h)?
         };
         let softmax_scale = mla_softmax_scale(nope + rd, arch.rope_scaling.as_ref());
         Ok(Target {
             embed,
             layers,
-            norm: norm_w(ws, &format!("{p}model.norm"), h)?,
+            norm: norm_w(ws, &names.final_norm(), h)?,
             lm_head,
             rope: Rope::new(rd, arch.rope_theta, arch.rope_scaling.as_ref(), true),
             softmax_scale: softmax_scale as f32,

@@ -167,11 +167,14 @@ pub fn command_line(
                 "draft_model",
             )?,
         );
-        flag("speculative-num-steps", exp.spec.num_steps.to_string());
-        flag("speculative-eagle-topk", exp.spec.eagle_topk.to_string());
+        flag(
+            "speculative-num-steps",
+            exp.spec.shape.num_steps.to_string(),
+        );
+        flag("speculative-eagle-topk", exp.spec.shape.topk.to_string());
         flag(
             "speculative-num-draft-tokens",
-            exp.spec.num_draft_tokens.to_string(),
+            exp.spec.shape.num_draft_tokens.to_string(),
         );
     }
     if let Some(n) = f.server.max_running_requests {
@@ -212,8 +215,12 @@ pub fn simulated_accept_length(exp: &Experiment) -> Result<f64, HttpError> {
     };
     let trace = kbench_core::trace::read(path).map_err(trace_error)?;
     let s = &exp.spec;
-    let shape = kbench_core::tree::TreeShape::new(s.num_steps, s.eagle_topk, s.num_draft_tokens)
-        .map_err(|e| HttpError::Settings(format!("launch: {e}")))?;
+    let shape = kbench_core::tree::TreeShape::new(
+        s.shape.num_steps,
+        s.shape.topk,
+        s.shape.num_draft_tokens,
+    )
+    .map_err(|e| HttpError::Settings(format!("launch: {e}")))?;
     let a = kbench_core::trace::accept_length(&trace, &shape).map_err(trace_error)?;
     Ok(a.per_round)
 }

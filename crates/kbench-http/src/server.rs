@@ -127,9 +127,9 @@ impl Expected {
         Expected {
             speculative: exp.spec.is_speculative().then_some({
                 (
-                    exp.spec.num_steps as u64,
-                    exp.spec.eagle_topk as u64,
-                    exp.spec.num_draft_tokens as u64,
+                    exp.spec.shape.num_steps as u64,
+                    exp.spec.shape.topk as u64,
+                    exp.spec.shape.num_draft_tokens as u64,
                 )
             }),
         }

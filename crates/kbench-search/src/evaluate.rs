@@ -73,7 +73,7 @@ impl Shared {
             experiment: exp.path.clone(),
         })?;
         let s = &exp.spec;
-        let key = (path.clone(), exp.file.seed, s.num_steps, s.eagle_topk);
+        let key = (path.clone(), exp.file.seed, s.shape.num_steps, s.shape.topk);
         let replay_error = |source| SimError::TraceReplay {
             path: path.clone(),
             source,

@@ -222,9 +222,9 @@ fn config_of(x: &kbench_core::spec::Experiment) -> CandidateConfig {
         } else {
             "none".into()
         },
-        num_steps: x.spec.num_steps,
-        eagle_topk: x.spec.eagle_topk,
-        num_draft_tokens: x.spec.num_draft_tokens,
+        num_steps: x.spec.shape.num_steps,
+        eagle_topk: x.spec.shape.topk,
+        num_draft_tokens: x.spec.shape.num_draft_tokens,
         spec_v2: x.spec.spec_v2,
         tp_size: x.tp_size,
         max_running_requests: x.max_running_requests,
@@ -240,9 +240,9 @@ pub fn label(e: &Evaluated) -> String {
             if s.is_speculative() {
                 format!(
                     "EAGLE3 {}/{}/{} {}",
-                    s.num_steps,
-                    s.eagle_topk,
-                    s.num_draft_tokens,
+                    s.shape.num_steps,
+                    s.shape.topk,
+                    s.shape.num_draft_tokens,
                     if s.spec_v2 { "v2" } else { "v1" }
                 )
             } else {

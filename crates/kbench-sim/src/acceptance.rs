@@ -32,12 +32,13 @@ impl DepthRateAcceptance {
 
     /// Per-depth acceptance probabilities for this configuration's tree.
     pub fn depth_rates(&self, spec: &SpecConfig) -> Vec<f64> {
-        let steps = spec.num_steps as usize;
-        let k = spec.eagle_topk.max(1);
+        let steps = spec.shape.num_steps as usize;
+        let k = spec.shape.topk.max(1);
         // Tree nodes per depth: one per depth, then the rest to the shallowest depths (at most
         // topk each), as SGLang's probability-ranked selection mostly does.
         let mut width = vec![1u32; steps];
         let mut extra = spec
+            .shape
             .num_draft_tokens
             .saturating_sub(1)
             .saturating_sub(steps as u32);
@@ -105,7 +106,7 @@ pub struct ConstantAcceptance(pub u32);
 
 impl AcceptanceModel for ConstantAcceptance {
     fn round_commit(&self, _request_id: u64, _position: u32, spec: &SpecConfig) -> u32 {
-        self.0.clamp(1, spec.num_steps + 1)
+        self.0.clamp(1, spec.shape.num_steps + 1)
     }
     fn describe(&self) -> String {
         format!("constant accept length {}", self.0)

@@ -734,13 +734,13 @@ impl CostModel {
             None => vec![(PassKind::TargetDecode, bs, bs)],
             Some(s) => {
                 let mut v = Vec::new();
-                for _ in 1..s.num_steps {
-                    v.push((PassKind::DraftDecode, bs * s.eagle_topk, bs));
+                for _ in 1..s.shape.num_steps {
+                    v.push((PassKind::DraftDecode, bs * s.shape.topk, bs));
                 }
-                v.push((PassKind::TargetVerify, bs * s.num_draft_tokens, bs));
+                v.push((PassKind::TargetVerify, bs * s.shape.num_draft_tokens, bs));
                 // SGLang pads the draft extend to num_steps + 1 tokens per request (v2 always;
                 // v1's CUDA graph for draft extend is captured at that width too).
-                v.push((PassKind::DraftExtend, bs * (s.num_steps + 1), bs));
+                v.push((PassKind::DraftExtend, bs * (s.shape.num_steps + 1), bs));
                 v
             }
         }
@@ -940,9 +940,9 @@ impl CostModel {
             None => "plain decode step".to_string(),
             Some(s) => format!(
                 "speculative round ({}, {}, {}) {}",
-                s.num_steps,
-                s.eagle_topk,
-                s.num_draft_tokens,
+                s.shape.num_steps,
+                s.shape.topk,
+                s.shape.num_draft_tokens,
                 if s.spec_v2 { "v2" } else { "v1" }
             ),
         };

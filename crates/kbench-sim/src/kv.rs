@@ -154,7 +154,8 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
     let mut tokens = (pool_bytes / target as f64) as u64;
     let s = &exp.spec;
     let speculative_slots = if s.is_speculative() {
-        exp.max_running_requests as u64 * (s.num_steps * s.eagle_topk + s.num_draft_tokens) as u64
+        exp.max_running_requests as u64
+            * (s.shape.num_steps * s.shape.topk + s.shape.num_draft_tokens) as u64
             + 100
     } else {
         0
@@ -183,7 +184,7 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
 /// SGLang's `decode_mem_cache_buf_multiplier`.
 pub fn decode_slots_per_request(s: &SpecConfig) -> u32 {
     if s.is_speculative() {
-        s.num_draft_tokens + s.eagle_topk * s.num_steps
+        s.shape.num_draft_tokens + s.shape.topk * s.shape.num_steps
     } else {
         1
     }

@@ -59,7 +59,7 @@ proptest! {
             prop_assert!(r.token_times_ns[0] > r.submitted_ns);
             if exp.spec.is_speculative() {
                 prop_assert_eq!(r.round_commits.iter().sum::<u32>(), max_tokens - 1);
-                prop_assert!(r.round_commits.iter().all(|&c| c >= 1 && c <= exp.spec.num_steps + 1));
+                prop_assert!(r.round_commits.iter().all(|&c| c >= 1 && c <= exp.spec.shape.num_steps + 1));
             } else {
                 prop_assert!(r.round_commits.is_empty());
             }

@@ -31,13 +31,13 @@ impl VerifyMethod {
     }
 }
 
-/// Validated speculative settings. For `Algorithm::None` the counts are 0.
+/// Validated speculative settings. For `Algorithm::None` the tree's counts are 0.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SpecConfig {
     pub algorithm: Algorithm,
-    pub num_steps: u32,
-    pub eagle_topk: u32,
-    pub num_draft_tokens: u32,
+    /// SGLang's `num_steps`, `eagle_topk`, `num_draft_tokens`.
+    #[serde(flatten)]
+    pub shape: TreeShape,
     pub spec_v2: bool,
     pub disable_batch_threshold: Option<u32>,
     /// Settings SGLang itself rejects, run because the file allowed it.
@@ -49,9 +49,11 @@ impl SpecConfig {
     pub fn none() -> SpecConfig {
         SpecConfig {
             algorithm: Algorithm::None,
-            num_steps: 0,
-            eagle_topk: 0,
-            num_draft_tokens: 0,
+            shape: TreeShape {
+                num_steps: 0,
+                topk: 0,
+                num_draft_tokens: 0,
+            },
             spec_v2: false,
             disable_batch_threshold: None,
             unsupported: Vec::new(),
@@ -62,9 +64,11 @@ impl SpecConfig {
     pub fn eagle(num_steps: u32, eagle_topk: u32, num_draft_tokens: u32) -> SpecConfig {
         SpecConfig {
             algorithm: Algorithm::Eagle3,
-            num_steps,
-            eagle_topk,
-            num_draft_tokens,
+            shape: TreeShape {
+                num_steps,
+                topk: eagle_topk,
+                num_draft_tokens,
+            },
             ..SpecConfig::none()
         }
     }
@@ -73,21 +77,12 @@ impl SpecConfig {
         self.algorithm != Algorithm::None
     }
 
-    /// The draft tree these settings build.
-    pub fn shape(&self) -> TreeShape {
-        TreeShape {
-            num_steps: self.num_steps,
-            topk: self.eagle_topk,
-            num_draft_tokens: self.num_draft_tokens,
-        }
-    }
-
     /// Candidates scored per request per round (0 without speculation).
     pub fn num_candidates(&self) -> u32 {
-        if self.num_steps == 0 {
+        if self.shape.num_steps == 0 {
             return 0;
         }
-        self.shape().num_candidates() as u32
+        self.shape.num_candidates() as u32
     }
 }
 
@@ -220,9 +215,11 @@ pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleVi
     }
     Ok(SpecConfig {
         algorithm: s.algorithm,
-        num_steps: steps,
-        eagle_topk: topk,
-        num_draft_tokens: draft_tokens,
+        shape: TreeShape {
+            num_steps: steps,
+            topk,
+            num_draft_tokens: draft_tokens,
+        },
         spec_v2: s.spec_v2,
         disable_batch_threshold: s.disable_batch_threshold,
         unsupported,

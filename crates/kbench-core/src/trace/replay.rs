@@ -330,27 +330,27 @@ fn check_observed(o: &super::Observed, spec: &SpecConfig) -> Result<(), TraceErr
     );
     let asked = format!(
         "({}, {}, {})",
-        spec.num_steps, spec.eagle_topk, spec.num_draft_tokens
+        spec.shape.num_steps, spec.shape.topk, spec.shape.num_draft_tokens
     );
     match o.kind {
         super::ObservedKind::ChainRounds => {
-            if spec.eagle_topk != 1 {
+            if spec.shape.topk != 1 {
                 return Err(TraceError::Config {
                     message: format!(
                         "eagle_topk = {} but the trace was recorded from a chain server {server}: a chain's rounds say nothing of the draft's other candidates; use eagle_topk = 1",
-                        spec.eagle_topk
+                        spec.shape.topk
                     ),
                 });
             }
-            if spec.num_steps > o.num_steps {
+            if spec.shape.num_steps > o.num_steps {
                 return Err(TraceError::Config {
                     message: format!(
                         "num_steps = {} but the trace was recorded from a server drafting {} steps {server}: deeper positions were never observed; use num_steps <= {}",
-                        spec.num_steps, o.num_steps, o.num_steps
+                        spec.shape.num_steps, o.num_steps, o.num_steps
                     ),
                 });
             }
-            TreeShape::new(spec.num_steps, 1, spec.num_draft_tokens)
+            TreeShape::new(spec.shape.num_steps, 1, spec.shape.num_draft_tokens)
                 .map(|_| ())
                 .map_err(|e| TraceError::Config {
                     message: e.to_string(),
@@ -393,7 +393,7 @@ impl TraceAcceptance {
     ) -> Result<TraceAcceptance, TraceError> {
         let mut t = TraceAcceptance::new(trace, seed)?;
         t.check(spec)?;
-        if let Some(shape) = fit(&t.trace, &spec.shape()).filter(|s| s.topk > 1) {
+        if let Some(shape) = fit(&t.trace, &spec.shape).filter(|s| s.topk > 1) {
             t.memo = Some(Arc::new(PathRankMemo::new(
                 &t.trace,
                 shape.num_steps,
@@ -425,27 +425,31 @@ impl TraceAcceptance {
         if let Some(o) = &h.observed {
             return check_observed(o, spec);
         }
-        if spec.num_steps > h.depth {
+        if spec.shape.num_steps > h.depth {
             return Err(TraceError::Config {
                 message: format!(
                     "num_steps = {} but the trace recorded depth {} ({}); use num_steps <= {}",
-                    spec.num_steps, h.depth, h.provenance.dataset, h.depth
+                    spec.shape.num_steps, h.depth, h.provenance.dataset, h.depth
                 ),
             });
         }
-        if spec.eagle_topk > h.topk {
+        if spec.shape.topk > h.topk {
             return Err(TraceError::Config {
                 message: format!(
                     "eagle_topk = {} but the trace recorded the draft's top-{} ({}); use eagle_topk <= {}",
-                    spec.eagle_topk, h.topk, h.provenance.dataset, h.topk
+                    spec.shape.topk, h.topk, h.provenance.dataset, h.topk
                 ),
             });
         }
-        TreeShape::new(spec.num_steps, spec.eagle_topk, spec.num_draft_tokens)
-            .map(|_| ())
-            .map_err(|e| TraceError::Config {
-                message: e.to_string(),
-            })
+        TreeShape::new(
+            spec.shape.num_steps,
+            spec.shape.topk,
+            spec.shape.num_draft_tokens,
+        )
+        .map(|_| ())
+        .map_err(|e| TraceError::Config {
+            message: e.to_string(),
+        })
     }
 
     /// The sequence a request replays: a pure function of (seed, request id).
@@ -462,7 +466,7 @@ impl AcceptanceModel for TraceAcceptance {
             return 1;
         }
         // replay_commit clamps what `check` would have refused.
-        let shape = spec.shape();
+        let shape = spec.shape;
         let sequence = self.sequence_for(request_id);
         let fitted = fit(&self.trace, &shape);
         match (&self.memo, fitted) {

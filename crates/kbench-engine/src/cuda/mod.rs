@@ -253,7 +253,7 @@ impl CudaOptions {
         o.kernels = crate::settings::EngineSettings::of(exp)?.kernels()?;
         o.max_batch = exp.max_running_requests.max(1) as usize;
         o.cuda_graph_max_bs = exp.cuda_graph_max_bs as usize;
-        let tree = exp.spec.num_draft_tokens.max(1) as usize;
+        let tree = exp.spec.shape.num_draft_tokens.max(1) as usize;
         o.max_ctx = (exp.input_len.1 as usize + exp.max_tokens as usize + tree + 8).max(64);
         // a verify pass holds every running sequence's tree
         o.max_tokens = o.max_tokens.max(o.max_batch * tree);

@@ -11,6 +11,7 @@ use kbench_cuda::{CudaDevice, DBuf};
 
 use super::ops;
 use crate::error::{EngineError, Result};
+use crate::names::{self, FfnNames, Int4, LayerNames, Proj, TargetNames};
 use crate::st::WeightStore;
 
 /// One linear layer on the device, `[out, inp]` row-major. (Dense linears are BF16 in the
@@ -268,7 +269,7 @@ fn lin_slice(
     c0: usize,
     nc: usize,
 ) -> Result<DLin> {
-    let w = ws.bf16s(&format!("{name}.weight"), &[out, inp])?;
+    let w = ws.bf16s(&names::weight(name), &[out, inp])?;
     let all = w.as_slice();
     let v = if nc == inp {
         rows(all, inp, r0, nr)
@@ -293,53 +294,23 @@ fn lin_full(
 }
 
 fn norm(dev: &CudaDevice, ws: &WeightStore, name: &str, n: usize) -> Result<DBuf<f32>> {
-    upf(dev, &ws.f32s(&format!("{name}.weight"), &[n])?)
+    upf(dev, &ws.f32s(&names::weight(name), &[n])?)
 }
 
 fn ffn(
     dev: &CudaDevice,
     ws: &WeightStore,
-    prefix: &str,
+    ffn: &FfnNames,
     inter: usize,
     h: usize,
     w: usize,
     r: usize,
 ) -> Result<DFfn> {
-    let (i0, il) = split(inter, w, r, &format!("{prefix} intermediate size"))?;
+    let (i0, il) = split(inter, w, r, &format!("{} intermediate size", ffn.base()))?;
     Ok(DFfn {
-        gate: lin_slice(
-            dev,
-            ws,
-            &format!("{prefix}.gate_proj"),
-            inter,
-            h,
-            i0,
-            il,
-            0,
-            h,
-        )?,
-        up: lin_slice(
-            dev,
-            ws,
-            &format!("{prefix}.up_proj"),
-            inter,
-            h,
-            i0,
-            il,
-            0,
-            h,
-        )?,
-        down: lin_slice(
-            dev,
-            ws,
-            &format!("{prefix}.down_proj"),
-            h,
-            inter,
-            0,
-            h,
-            i0,
-            il,
-        )?,
+        gate: lin_slice(dev, ws, &ffn.gate(), inter, h, i0, il, 0, h)?,
+        up: lin_slice(dev, ws, &ffn.up(), inter, h, i0, il, 0, h)?,
+        down: lin_slice(dev, ws, &ffn.down(), h, inter, 0, h, i0, il)?,
     })
 }
 
@@ -359,8 +330,8 @@ fn put_int4(
     soff: usize,
 ) -> Result<()> {
     let (nq, ns) = (out * inp / 8, out * inp / group);
-    let wq = ws.words(&format!("{name}.weight_packed"), &[out, inp / 8])?;
-    let sc = ws.bf16s(&format!("{name}.weight_scale"), &[out, inp / group])?;
+    let wq = ws.words(&Int4::packed(name), &[out, inp / 8])?;
+    let sc = ws.bf16s(&Int4::scale(name), &[out, inp / group])?;
     let tq = dev.upload(wq.as_slice()).map_err(EngineError::Cuda)?;
     let ts = dev.upload(sc.as_slice()).map_err(EngineError::Cuda)?;
     dev.copy_d2d(q.ptr_at(qoff), tq.ptr(), nq * 4)
@@ -374,8 +345,8 @@ fn put_int4(
 fn stack_int4(
     dev: &CudaDevice,
     ws: &WeightStore,
-    mp: &str,
-    proj: &str,
+    layer: &LayerNames,
+    proj: Proj,
     e0: usize,
     eloc: usize,
     out: usize,
@@ -386,7 +357,7 @@ fn stack_int4(
     let q = dev.alloc::<u32>(eloc * nq).map_err(EngineError::Cuda)?;
     let s = dev.alloc::<u16>(eloc * ns).map_err(EngineError::Cuda)?;
     for j in 0..eloc {
-        let name = format!("{mp}.experts.{}.{proj}", e0 + j);
+        let name = layer.expert(e0 + j).proj(proj);
         put_int4(dev, ws, &name, out, inp, group, &q, j * nq, &s, j * ns)?;
     }
     Ok((q, s))
@@ -397,8 +368,8 @@ fn stack_int4(
 fn stack_bf16(
     dev: &CudaDevice,
     ws: &WeightStore,
-    mp: &str,
-    proj: &str,
+    layer: &LayerNames,
+    proj: Proj,
     e0: usize,
     eloc: usize,
     out: usize,
@@ -407,7 +378,7 @@ fn stack_bf16(
     let n = out * inp;
     let b = dev.alloc::<u16>(eloc * n).map_err(EngineError::Cuda)?;
     for j in 0..eloc {
-        let name = format!("{mp}.experts.{}.{proj}.weight", e0 + j);
+        let name = names::weight(&layer.expert(e0 + j).proj(proj));
         let t = dev
             .upload(ws.bf16s(&name, &[out, inp])?.as_slice())
             .map_err(EngineError::Cuda)?;
@@ -423,7 +394,7 @@ fn stack_bf16(
 fn stack_fused(
     dev: &CudaDevice,
     ws: &WeightStore,
-    mp: &str,
+    layer: &LayerNames,
     e0: usize,
     eloc: usize,
     mi: usize,
@@ -435,24 +406,13 @@ fn stack_fused(
     let w13 = dev.alloc::<u32>(eloc * 2 * nq).map_err(EngineError::Cuda)?;
     let s13 = dev.alloc::<u16>(eloc * 2 * ns).map_err(EngineError::Cuda)?;
     for j in 0..eloc {
-        let ep = format!("{mp}.experts.{}", e0 + j);
+        let ep = layer.expert(e0 + j);
         let (q0, s0) = (j * 2 * nq, j * 2 * ns);
+        put_int4(dev, ws, &ep.gate(), mi, h, group, &w13, q0, &s13, s0)?;
         put_int4(
             dev,
             ws,
-            &format!("{ep}.gate_proj"),
-            mi,
-            h,
-            group,
-            &w13,
-            q0,
-            &s13,
-            s0,
-        )?;
-        put_int4(
-            dev,
-            ws,
-            &format!("{ep}.up_proj"),
+            &ep.up(),
             mi,
             h,
             group,
@@ -462,7 +422,7 @@ fn stack_fused(
             s0 + ns,
         )?;
     }
-    let (w2, s2) = stack_int4(dev, ws, mp, "down_proj", e0, eloc, h, mi, group)?;
+    let (w2, s2) = stack_int4(dev, ws, layer, Proj::Down, e0, eloc, h, mi, group)?;
     Ok(ExpertW::Fused { w13, s13, w2, s2 })
 }
 
@@ -490,42 +450,31 @@ pub(crate) fn load_rank(
     );
     let qd = nope + rd;
     let vocab = arch.vocab_size as usize;
-    let p = &arch.tensor_prefix;
+    let names = TargetNames::new(&arch.tensor_prefix);
     let group = arch
         .quant
         .as_ref()
         .map(|q| q.group_size as usize)
         .unwrap_or(32);
     let (h0, hl) = split(heads, w, r, "attention heads")?;
-    let embed_w = ws.bf16s(&format!("{p}model.embed_tokens.weight"), &[vocab, h])?;
+    let embed_w = ws.bf16s(&names.embed(), &[vocab, h])?;
     let embed = up16(dev, embed_w.as_slice())?;
     let mut layers = Vec::with_capacity(arch.num_layers as usize);
     for l in 0..arch.num_layers {
-        let lp = format!("{p}model.layers.{l}");
-        let a = format!("{lp}.self_attn");
+        let ln = names.layer(l as usize);
         let q = match mla.q_lora_rank {
             Some(qr) => {
                 let qr = qr as usize;
                 DQ::LowRank {
-                    a: lin_full(dev, ws, &format!("{a}.q_a_proj"), qr, h)?,
-                    norm: norm(dev, ws, &format!("{a}.q_a_layernorm"), qr)?,
-                    b: lin_slice(
-                        dev,
-                        ws,
-                        &format!("{a}.q_b_proj"),
-                        heads * qd,
-                        qr,
-                        h0 * qd,
-                        hl * qd,
-                        0,
-                        qr,
-                    )?,
+                    a: lin_full(dev, ws, &ln.q_a(), qr, h)?,
+                    norm: norm(dev, ws, &ln.q_a_norm(), qr)?,
+                    b: lin_slice(dev, ws, &ln.q_b(), heads * qd, qr, h0 * qd, hl * qd, 0, qr)?,
                 }
             }
             None => DQ::Full(lin_slice(
                 dev,
                 ws,
-                &format!("{a}.q_proj"),
+                &ln.q(),
                 heads * qd,
                 h,
                 h0 * qd,
@@ -534,10 +483,7 @@ pub(crate) fn load_rank(
                 h,
             )?),
         };
-        let kvb_all = ws.bf16s(
-            &format!("{a}.kv_b_proj.weight"),
-            &[heads * (nope + vd), rank],
-        )?;
+        let kvb_all = ws.bf16s(&names::weight(&ln.kv_b()), &[heads * (nope + vd), rank])?;
         let kv_b = up16(
             dev,
             &rows(kvb_all.as_slice(), rank, h0 * (nope + vd), hl * (nope + vd)),
@@ -549,8 +495,7 @@ pub(crate) fn load_rank(
                 .ok_or_else(|| EngineError::Unsupported("MoE dims missing".into()))?;
             let e = d.n_routed_experts as usize;
             let mi = d.moe_intermediate_size as usize;
-            let mp = format!("{lp}.mlp");
-            let bias_name = format!("{mp}.gate.e_score_correction_bias");
+            let bias_name = ln.router_bias();
             let bias = if ws.contains(&bias_name) {
                 Some(upf(dev, &ws.f32s(&bias_name, &[e])?)?)
             } else if d.topk_method == "noaux_tc" {
@@ -562,7 +507,7 @@ pub(crate) fn load_rank(
                 None
             };
             let (e0, eloc) = split(e, w, r, "routed experts")?;
-            let int4 = ws.contains(&format!("{mp}.experts.0.gate_proj.weight_packed"));
+            let int4 = ws.contains(&Int4::packed(&ln.expert(0).gate()));
             if int4 && (h % group != 0 || mi % group != 0 || group % 8 != 0) {
                 return Err(EngineError::Unsupported(format!(
                     "INT4 experts: hidden {h} / moe_inter {mi} not multiples of group {group}"
@@ -574,25 +519,25 @@ pub(crate) fn load_rank(
                         "the fused MoE takes INT4 group-32 experts (int4 {int4}, group {group})"
                     )));
                 }
-                stack_fused(dev, ws, &mp, e0, eloc, mi, h, group)?
+                stack_fused(dev, ws, &ln, e0, eloc, mi, h, group)?
             } else if int4 {
                 ExpertW::Int4 {
-                    gate: stack_int4(dev, ws, &mp, "gate_proj", e0, eloc, mi, h, group)?,
-                    up: stack_int4(dev, ws, &mp, "up_proj", e0, eloc, mi, h, group)?,
-                    down: stack_int4(dev, ws, &mp, "down_proj", e0, eloc, h, mi, group)?,
+                    gate: stack_int4(dev, ws, &ln, Proj::Gate, e0, eloc, mi, h, group)?,
+                    up: stack_int4(dev, ws, &ln, Proj::Up, e0, eloc, mi, h, group)?,
+                    down: stack_int4(dev, ws, &ln, Proj::Down, e0, eloc, h, mi, group)?,
                 }
             } else {
                 ExpertW::Bf16 {
-                    gate: stack_bf16(dev, ws, &mp, "gate_proj", e0, eloc, mi, h)?,
-                    up: stack_bf16(dev, ws, &mp, "up_proj", e0, eloc, mi, h)?,
-                    down: stack_bf16(dev, ws, &mp, "down_proj", e0, eloc, h, mi)?,
+                    gate: stack_bf16(dev, ws, &ln, Proj::Gate, e0, eloc, mi, h)?,
+                    up: stack_bf16(dev, ws, &ln, Proj::Up, e0, eloc, mi, h)?,
+                    down: stack_bf16(dev, ws, &ln, Proj::Down, e0, eloc, h, mi)?,
                 }
             };
             let shared = if d.n_shared_experts > 0 {
                 Some(ffn(
                     dev,
                     ws,
-                    &format!("{mp}.shared_experts"),
+                    &ln.shared_experts(),
                     mi * d.n_shared_experts as usize,
                     h,
                     w,
@@ -602,7 +547,7 @@ pub(crate) fn load_rank(
                 None
             };
             DMlp::Moe {
-                router: lin_full(dev, ws, &format!("{mp}.gate"), e, h)?,
+                router: lin_full(dev, ws, &ln.router(), e, h)?,
                 bias,
                 experts: Experts {
                     e0,
@@ -616,7 +561,7 @@ pub(crate) fn load_rank(
             DMlp::Dense(ffn(
                 dev,
                 ws,
-                &format!("{lp}.mlp"),
+                &ln.dense_mlp(),
                 arch.intermediate_size as usize,
                 h,
                 w,
@@ -624,40 +569,30 @@ pub(crate) fn load_rank(
             )?)
         };
         layers.push(DLayer {
-            in_norm: norm(dev, ws, &format!("{lp}.input_layernorm"), h)?,
-            post_norm: norm(dev, ws, &format!("{lp}.post_attention_layernorm"), h)?,
+            in_norm: norm(dev, ws, &ln.input_norm(), h)?,
+            post_norm: norm(dev, ws, &ln.post_attention_norm(), h)?,
             q,
-            kv_a: lin_full(dev, ws, &format!("{a}.kv_a_proj_with_mqa"), rank + rd, h)?,
-            kv_a_norm: norm(dev, ws, &format!("{a}.kv_a_layernorm"), rank)?,
+            kv_a: lin_full(dev, ws, &ln.kv_a(), rank + rd, h)?,
+            kv_a_norm: norm(dev, ws, &ln.kv_a_norm(), rank)?,
             kv_b,
-            o: lin_slice(
-                dev,
-                ws,
-                &format!("{a}.o_proj"),
-                h,
-                heads * vd,
-                0,
-                h,
-                h0 * vd,
-                hl * vd,
-            )?,
+            o: lin_slice(dev, ws, &ln.o(), h, heads * vd, 0, h, h0 * vd, hl * vd)?,
             mlp,
         });
     }
     let (v0, vl) = vocab_slice(vocab, w, r);
-    let lm_head = if arch.tie_word_embeddings && !ws.contains(&format!("{p}lm_head.weight")) {
+    let lm_head = if arch.tie_word_embeddings && !ws.contains(&names::weight(&names.lm_head())) {
         DLin {
             out: vl,
             inp: h,
             w: DW::Bf16(up16(dev, &rows(embed_w.as_slice(), h, v0, vl))?),
         }
     } else {
-        lin_slice(dev, ws, &format!("{p}lm_head"), vocab, h, v0, vl, 0, h)?
+        lin_slice(dev, ws, &names.lm_head(), vocab, h, v0, vl, 0, h)?
     };
     Ok(RankWeights {
         embed,
         layers,
-        norm: norm(dev, ws, &format!("{p}model.norm"), h)?,
+        norm: norm(dev, ws, &names.final_norm(), h)?,
         lm_head,
         v0,
     })
