@@ -103,6 +103,29 @@ pub struct RopeScaling {
     pub high_freq_factor: Option<f64>,
 }
 
+impl RopeScaling {
+    /// What the shared rotary formula takes, with HF's defaults for keys a config leaves out.
+    /// Dynamic and llama3 scaling rotate as unscaled at the positions kbench reaches (far
+    /// below the original context).
+    pub fn scaling(&self) -> kbench_numerics::rope::Scaling {
+        use kbench_numerics::rope::{Scaling, Yarn};
+        match self.kind.as_str() {
+            "yarn" | "deepseek_yarn" => Scaling::Yarn(Yarn {
+                factor: self.factor,
+                original_max_position: self.original_max_position_embeddings.unwrap_or(4096) as f64,
+                beta_fast: self.beta_fast.unwrap_or(32.0),
+                beta_slow: self.beta_slow.unwrap_or(1.0),
+                mscale: self.mscale.unwrap_or(1.0),
+                mscale_all_dim: self.mscale_all_dim.unwrap_or(0.0),
+            }),
+            "linear" => Scaling::Linear {
+                factor: self.factor,
+            },
+            _ => Scaling::None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelArch {
     pub name: String,

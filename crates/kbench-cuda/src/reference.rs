@@ -202,20 +202,17 @@ pub fn rmsnorm(x: &[f32], w: &[f32], d: usize, eps: f32) -> Vec<f32> {
 
 pub use kbench_numerics::rope::Yarn;
 
-/// Kimi-K2.5's RoPE base.
+/// Kimi-K2.5's RoPE base, from kbench-core's model preset.
 pub const KIMI_K25_ROPE_THETA: f64 = 50000.0;
 
-/// Kimi-K2.5 as far as kbench's reference notes go (factor 64, original 4096; beta_fast =
-/// beta_slow = 1 and mscale = mscale_all_dim = 1 as in Kimi-K2's config.json). The engine
-/// takes these from the checkpoint's config.json.
+/// Kimi-K2.5's YaRN parameters as kbench-core's model preset gives them (the one place kbench
+/// writes them down; the engine reads a real checkpoint's from its config.json).
 pub fn kimi_k25_yarn() -> Yarn {
-    Yarn {
-        factor: 64.0,
-        original_max_position: 4096.0,
-        beta_fast: 1.0,
-        beta_slow: 1.0,
-        mscale: 1.0,
-        mscale_all_dim: 1.0,
+    let arch = kbench_core::arch::ModelArch::preset("kimi-k2.5").expect("a built-in preset");
+    debug_assert_eq!(arch.rope_theta, KIMI_K25_ROPE_THETA);
+    match arch.rope_scaling.as_ref().map(|s| s.scaling()) {
+        Some(kbench_numerics::rope::Scaling::Yarn(y)) => y,
+        other => panic!("Kimi-K2.5's preset scales its positions with YaRN, not {other:?}"),
     }
 }
 

@@ -2,7 +2,7 @@
 //! to interleaved pairs (x[2i], x[2i+1]) as DeepSeek-V3 / SGLang (is_neox_style = false).
 
 use kbench_core::arch::RopeScaling;
-use kbench_numerics::rope::{frequencies, Scaling, Yarn};
+use kbench_numerics::rope::{frequencies, Scaling};
 
 #[derive(Debug, Clone)]
 pub struct Rope {
@@ -12,23 +12,6 @@ pub struct Rope {
     mscale: f64,
     /// Pairs (2i, 2i+1) when true; halves (i, i + dim/2) when false (Llama / NeoX).
     interleaved: bool,
-}
-
-/// The shared formula's view of a config's `rope_scaling`: dynamic and llama3 scaling rotate
-/// as unscaled at the positions the engine reaches (far below the original context).
-pub fn scaling_of(scaling: Option<&RopeScaling>) -> Scaling {
-    match scaling {
-        Some(s) if matches!(s.kind.as_str(), "yarn" | "deepseek_yarn") => Scaling::Yarn(Yarn {
-            factor: s.factor,
-            original_max_position: s.original_max_position_embeddings.unwrap_or(4096) as f64,
-            beta_fast: s.beta_fast.unwrap_or(32.0),
-            beta_slow: s.beta_slow.unwrap_or(1.0),
-            mscale: s.mscale.unwrap_or(1.0),
-            mscale_all_dim: s.mscale_all_dim.unwrap_or(0.0),
-        }),
-        Some(s) if s.kind == "linear" => Scaling::Linear { factor: s.factor },
-        _ => Scaling::None,
-    }
 }
 
 /// MLA's softmax scale for a `qk_head_dim`-wide head under the config's `rope_scaling`.
@@ -41,7 +24,11 @@ pub fn mla_softmax_scale(qk_head_dim: usize, scaling: Option<&RopeScaling>) -> f
 
 impl Rope {
     pub fn new(dim: usize, theta: f64, scaling: Option<&RopeScaling>, interleaved: bool) -> Rope {
-        let f = frequencies(dim, theta, scaling_of(scaling));
+        let f = frequencies(
+            dim,
+            theta,
+            scaling.map_or(Scaling::None, RopeScaling::scaling),
+        );
         Rope {
             dim,
             inv_freq: f.inv_freq,
