@@ -7,8 +7,9 @@ use kbench_core::arch::DraftArch;
 
 use crate::error::{EngineError, Result};
 use crate::linalg::{rms_norm, rms_norm_to, silu, softmax_inplace, Linear};
-use crate::names::{self, draft};
+use crate::names::{self, draft, Proj};
 use crate::rope::Rope;
+use crate::shapes::{DraftShapes, Matrix};
 use crate::st::WeightStore;
 use crate::target::Target;
 
@@ -96,15 +97,8 @@ impl Draft {
             arch.num_kv_heads as usize,
             arch.head_dim as usize,
         );
-        if nkv == 0 || nh % nkv != 0 {
-            return Err(EngineError::ConfigMismatch(format!(
-                "draft: {nh} heads do not group over {nkv} KV heads"
-            )));
-        }
-        let i = arch.intermediate_size as usize;
-        let dv = arch.draft_vocab_size as usize;
-        let ncap = arch.capture_layers.len();
-        let l = |name: &str, out: usize, inp: usize| -> Result<Linear> {
+        let s = DraftShapes::new(arch)?;
+        let l = |name: &str, [out, inp]: Matrix| -> Result<Linear> {
             Ok(Linear::bf16(
                 out,
                 inp,
@@ -112,21 +106,21 @@ impl Draft {
             ))
         };
         let n = |name: &str| ws.f32s(&names::weight(name), &[h]);
-        let d2t = read_d2t(ws, dv, target.vocab)?;
+        let d2t = read_d2t(ws, s.draft_vocab, target.vocab)?;
         Ok(Draft {
-            fc: l(draft::FC, h, ncap * h)?,
+            fc: l(draft::FC, s.fc())?,
             in_norm: n(draft::INPUT_NORM)?,
             hidden_norm: n(draft::HIDDEN_NORM)?,
-            q: l(draft::Q, nh * hd, 2 * h)?,
-            k: l(draft::K, nkv * hd, 2 * h)?,
-            v: l(draft::V, nkv * hd, 2 * h)?,
-            o: l(draft::O, h, nh * hd)?,
+            q: l(draft::Q, s.q())?,
+            k: l(draft::K, s.kv())?,
+            v: l(draft::V, s.kv())?,
+            o: l(draft::O, s.o())?,
             post_norm: n(draft::POST_ATTENTION_NORM)?,
-            gate: l(draft::GATE, i, h)?,
-            up: l(draft::UP, i, h)?,
-            down: l(draft::DOWN, h, i)?,
+            gate: l(draft::GATE, s.ffn.proj(Proj::Gate))?,
+            up: l(draft::UP, s.ffn.proj(Proj::Up))?,
+            down: l(draft::DOWN, s.ffn.proj(Proj::Down))?,
             norm: n(draft::FINAL_NORM)?,
-            lm_head: l(draft::LM_HEAD, dv, h)?,
+            lm_head: l(draft::LM_HEAD, s.lm_head())?,
             d2t,
             rope: Rope::new(hd, arch.rope_theta, None, false),
             hidden: h,

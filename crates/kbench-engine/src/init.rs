@@ -32,7 +32,8 @@ use crate::device::Device;
 use crate::draft::Draft;
 use crate::error::{write_err, EngineError, Result};
 use crate::model::Model;
-use crate::names::{self, draft, Int4, Proj, TargetNames};
+use crate::names::{self, draft, FfnNames, Int4, Proj, TargetNames};
+use crate::shapes::{self, DraftShapes, FfnShape, Matrix, TargetShapes};
 use crate::st::{write_index, Dtype, StreamWriter, TensorPlan, WeightStore};
 use crate::target::Target;
 use kbench_numerics::{bf16, int4};
@@ -297,8 +298,6 @@ pub fn ensure_tiny_model(dir: &Path) -> Result<bool> {
 /// Builds a model in memory (same generator, no disk): for tests and benches.
 pub fn build_model(opts: &InitOptions) -> Result<Model> {
     let g = Gen::new(opts)?;
-    let cfg = g.config_json();
-    let arch = ModelArch::from_config_value(&cfg, Path::new("<memory>/config.json"))?;
     let mut tensors = Vec::new();
     let mut jobs = g.head_jobs();
     for l in 0..g.d.layers {
@@ -306,12 +305,12 @@ pub fn build_model(opts: &InitOptions) -> Result<Model> {
     }
     collect(&g, &jobs, &mut tensors)?;
     let ws = WeightStore::from_tensors(tensors);
-    let mut target = Target::load(&arch, &ws)?;
-    let darch = g.draft_arch(&arch);
+    let mut target = Target::load(&g.arch, &ws)?;
+    let darch = &g.draft_arch;
     let mut dt = Vec::new();
     collect(&g, &g.draft_jobs(), &mut dt)?;
     let dws = WeightStore::from_tensors(dt);
-    let draft = Draft::load(&darch, &dws, &target)?;
+    let draft = Draft::load(darch, &dws, &target)?;
     target.capture_layers = darch.capture_layers.iter().map(|&l| l as usize).collect();
     Ok(Model {
         dir: PathBuf::from("<memory>"),
@@ -366,16 +365,20 @@ enum Fill {
         std: f32,
     },
     Const(f32),
-    /// INT4 compressed-tensors part of the matrix `base` ([out, in], std).
+    /// INT4 compressed-tensors part of the `matrix` of module `base`, drawn with `std`.
     Int4Packed {
         base: String,
+        matrix: Matrix,
         std: f32,
     },
     Int4Scale {
         base: String,
+        matrix: Matrix,
         std: f32,
     },
-    Int4Shape,
+    Int4Shape {
+        matrix: Matrix,
+    },
     /// Draft tensors built from the target's.
     DraftLmHead,
     DraftAttn(AttnPart),
@@ -406,11 +409,99 @@ struct QuantCache {
 
 struct Gen {
     d: Dims,
+    /// The target as its written config.json describes it, and the shapes that follow.
+    arch: ModelArch,
+    shapes: TargetShapes,
+    draft_arch: DraftArch,
+    draft_shapes: DraftShapes,
     seed: u64,
     quality: f32,
     prefix: String,
     /// Target ids of the draft vocabulary, ascending.
     d2t: Vec<u32>,
+}
+
+/// The target's config.json: Kimi-K2.5's wrapper around a DeepSeek-V3 text config, with
+/// compressed-tensors INT4 routed experts, in `dims`.
+fn config_json(d: &Dims, seed: u64, quality: f32) -> Value {
+    let text = json!({
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "kimi_k2",
+        "vocab_size": d.vocab,
+        "hidden_size": d.hidden,
+        "intermediate_size": d.inter,
+        "moe_intermediate_size": d.moe_inter,
+        "num_hidden_layers": d.layers,
+        "num_nextn_predict_layers": 0,
+        "num_attention_heads": d.heads,
+        "num_key_value_heads": d.heads,
+        "n_shared_experts": d.shared_experts,
+        "n_routed_experts": d.experts,
+        "routed_scaling_factor": 2.827,
+        "kv_lora_rank": d.kv_lora_rank,
+        "q_lora_rank": d.q_lora_rank,
+        "qk_rope_head_dim": d.rope,
+        "v_head_dim": d.v_head,
+        "qk_nope_head_dim": d.nope,
+        "topk_method": "noaux_tc",
+        "n_group": d.n_group,
+        "topk_group": d.topk_group,
+        "num_experts_per_tok": d.experts_per_tok,
+        "moe_layer_freq": 1,
+        "first_k_dense_replace": d.first_k_dense,
+        "norm_topk_prob": true,
+        "scoring_func": "sigmoid",
+        "hidden_act": "silu",
+        "max_position_embeddings": 262144,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 50000.0,
+        "rope_scaling": {
+            "type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096,
+            "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0
+        },
+        "attention_bias": false,
+        "tie_word_embeddings": false,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "quantization_config": {
+            "config_groups": {"group_0": {
+                "input_activations": null, "output_activations": null, "targets": ["Linear"],
+                "weights": {"actorder": null, "block_structure": null, "dynamic": false,
+                    "group_size": 32, "num_bits": 4, "observer": "minmax", "observer_kwargs": {},
+                    "strategy": "group", "symmetric": true, "type": "int"}
+            }},
+            "format": "pack-quantized",
+            "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
+            "kv_cache_scheme": null,
+            "quant_method": "compressed-tensors",
+            "quantization_status": "compressed"
+        }
+    });
+    json!({
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "text_config": text,
+        "tie_word_embeddings": false,
+        "kbench_generated": {"seed": seed, "draft_quality": quality},
+    })
+}
+
+/// The draft as the loader reads its config (what [`Gen::draft_config_json`] writes).
+fn draft_arch(d: &Dims, target: &ModelArch) -> DraftArch {
+    DraftArch {
+        name: "draft".into(),
+        hidden_size: d.hidden as u32,
+        num_heads: d.draft_heads as u32,
+        num_kv_heads: d.draft_kv_heads as u32,
+        head_dim: d.draft_head_dim as u32,
+        intermediate_size: d.draft_inter as u32,
+        draft_vocab_size: d.draft_vocab as u32,
+        target_vocab_size: d.vocab as u32,
+        capture_layers: d.capture_layers().iter().map(|&l| l as u32).collect(),
+        rms_norm_eps: 1e-5,
+        rope_theta: target.rope_theta,
+    }
 }
 
 fn rand_row(seed: u64, name: &str, row: usize, n: usize, std: f32) -> Vec<f32> {
@@ -432,11 +523,18 @@ impl Gen {
                 opts.draft_quality
             )));
         }
+        let config = config_json(&opts.dims, opts.seed, opts.draft_quality);
+        let arch = ModelArch::from_config_value(&config, Path::new("<generated>/config.json"))?;
+        let draft_arch = draft_arch(&opts.dims, &arch);
         let mut g = Gen {
             d: opts.dims.clone(),
+            shapes: TargetShapes::new(&arch)?,
+            draft_shapes: DraftShapes::new(&draft_arch)?,
+            prefix: arch.tensor_prefix.clone(),
+            arch,
+            draft_arch,
             seed: opts.seed,
             quality: opts.draft_quality,
-            prefix: "language_model.".into(),
             d2t: Vec::new(),
         };
         g.d2t = g.choose_draft_vocab();
@@ -513,85 +611,7 @@ impl Gen {
     }
 
     fn config_json(&self) -> Value {
-        let d = &self.d;
-        let text = json!({
-            "architectures": ["DeepseekV3ForCausalLM"],
-            "model_type": "kimi_k2",
-            "vocab_size": d.vocab,
-            "hidden_size": d.hidden,
-            "intermediate_size": d.inter,
-            "moe_intermediate_size": d.moe_inter,
-            "num_hidden_layers": d.layers,
-            "num_nextn_predict_layers": 0,
-            "num_attention_heads": d.heads,
-            "num_key_value_heads": d.heads,
-            "n_shared_experts": d.shared_experts,
-            "n_routed_experts": d.experts,
-            "routed_scaling_factor": 2.827,
-            "kv_lora_rank": d.kv_lora_rank,
-            "q_lora_rank": d.q_lora_rank,
-            "qk_rope_head_dim": d.rope,
-            "v_head_dim": d.v_head,
-            "qk_nope_head_dim": d.nope,
-            "topk_method": "noaux_tc",
-            "n_group": d.n_group,
-            "topk_group": d.topk_group,
-            "num_experts_per_tok": d.experts_per_tok,
-            "moe_layer_freq": 1,
-            "first_k_dense_replace": d.first_k_dense,
-            "norm_topk_prob": true,
-            "scoring_func": "sigmoid",
-            "hidden_act": "silu",
-            "max_position_embeddings": 262144,
-            "rms_norm_eps": 1e-5,
-            "rope_theta": 50000.0,
-            "rope_scaling": {
-                "type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096,
-                "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0
-            },
-            "attention_bias": false,
-            "tie_word_embeddings": false,
-            "torch_dtype": "bfloat16",
-            "bos_token_id": 1,
-            "eos_token_id": 2,
-            "quantization_config": {
-                "config_groups": {"group_0": {
-                    "input_activations": null, "output_activations": null, "targets": ["Linear"],
-                    "weights": {"actorder": null, "block_structure": null, "dynamic": false,
-                        "group_size": 32, "num_bits": 4, "observer": "minmax", "observer_kwargs": {},
-                        "strategy": "group", "symmetric": true, "type": "int"}
-                }},
-                "format": "pack-quantized",
-                "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
-                "kv_cache_scheme": null,
-                "quant_method": "compressed-tensors",
-                "quantization_status": "compressed"
-            }
-        });
-        json!({
-            "architectures": ["KimiK25ForConditionalGeneration"],
-            "model_type": "kimi_k25",
-            "text_config": text,
-            "tie_word_embeddings": false,
-            "kbench_generated": {"seed": self.seed, "draft_quality": self.quality},
-        })
-    }
-
-    fn draft_arch(&self, target: &ModelArch) -> DraftArch {
-        let d = &self.d;
-        DraftArch {
-            name: "draft".into(),
-            hidden_size: d.hidden as u32,
-            num_heads: d.draft_heads as u32,
-            num_kv_heads: d.draft_kv_heads as u32,
-            head_dim: d.draft_head_dim as u32,
-            intermediate_size: d.draft_inter as u32,
-            draft_vocab_size: d.draft_vocab as u32,
-            target_vocab_size: d.vocab as u32,
-            capture_layers: d.capture_layers().iter().map(|&l| l as u32).collect(),
-            rms_norm_eps: 1e-5,
-            rope_theta: target.rope_theta,
-        }
+        config_json(&self.d, self.seed, self.quality)
     }
 
     fn draft_config_json(&self) -> Value {
@@ -622,221 +642,178 @@ impl Gen {
     }
 
     fn head_jobs(&self) -> Vec<Job> {
-        let (v, h) = (self.d.vocab, self.d.hidden);
+        let s = &self.shapes;
         vec![
             Job {
-                plan: plan(self.embed_name(), Dtype::BF16, vec![v, h]),
+                plan: plan(self.embed_name(), Dtype::BF16, s.embed().to_vec()),
                 fill: Fill::Rand { std: 1.0 },
             },
             Job {
                 plan: plan(
                     names::weight(&self.names().final_norm()),
                     Dtype::BF16,
-                    vec![h],
+                    vec![s.hidden],
                 ),
                 fill: Fill::Const(1.0),
             },
             Job {
-                plan: plan(self.lm_name(), Dtype::BF16, vec![v, h]),
+                plan: plan(self.lm_name(), Dtype::BF16, s.lm_head().to_vec()),
                 fill: Fill::Rand { std: self.lm_std() },
             },
         ]
     }
 
     fn layer_jobs(&self, l: usize) -> Vec<Job> {
-        let d = &self.d;
-        let h = d.hidden;
-        let gain = d.layer_gain;
+        let s = &self.shapes;
+        let h = s.hidden;
+        let gain = self.d.layer_gain;
         let ln = self.names().layer(l);
         let w = |module: String| names::weight(&module);
-        let mut jobs = Vec::new();
-        let mut bf = |name: String, shape: Vec<usize>, fill: Fill| {
-            jobs.push(Job {
-                plan: plan(name, Dtype::BF16, shape),
-                fill,
-            })
-        };
         let std_in = |n: usize| 1.0 / (n as f32).sqrt();
-        bf(w(ln.input_norm()), vec![h], Fill::Const(1.0));
-        let qd = d.heads * (d.nope + d.rope);
-        match d.q_lora_rank {
-            Some(qr) => {
-                bf(w(ln.q_a()), vec![qr, h], Fill::Rand { std: std_in(h) });
-                bf(w(ln.q_a_norm()), vec![qr], Fill::Const(1.0));
-                bf(w(ln.q_b()), vec![qd, qr], Fill::Rand { std: std_in(qr) });
+        // a linear drawn with std 1/sqrt(in), its output scaled by `out_gain`
+        let linear = |module: String, m: Matrix, out_gain: f32| Job {
+            plan: plan(w(module), Dtype::BF16, m.to_vec()),
+            fill: Fill::Rand {
+                std: out_gain * std_in(m[1]),
+            },
+        };
+        let norm = |module: String, n: usize| Job {
+            plan: plan(w(module), Dtype::BF16, vec![n]),
+            fill: Fill::Const(1.0),
+        };
+        let ffn = |names: FfnNames, shape: FfnShape, jobs: &mut Vec<Job>| {
+            jobs.push(linear(names.gate(), shape.proj(Proj::Gate), 1.0));
+            jobs.push(linear(names.up(), shape.proj(Proj::Up), 1.0));
+            jobs.push(linear(names.down(), shape.proj(Proj::Down), gain));
+        };
+        let mut jobs = vec![norm(ln.input_norm(), h)];
+        match s.q_low_rank() {
+            Some((a, b)) => {
+                jobs.push(linear(ln.q_a(), a, 1.0));
+                jobs.push(norm(ln.q_a_norm(), a[0]));
+                jobs.push(linear(ln.q_b(), b, 1.0));
             }
-            None => bf(w(ln.q()), vec![qd, h], Fill::Rand { std: std_in(h) }),
+            None => jobs.push(linear(ln.q(), s.q_full(), 1.0)),
         }
-        bf(
-            w(ln.kv_a()),
-            vec![d.kv_lora_rank + d.rope, h],
-            Fill::Rand { std: std_in(h) },
-        );
-        bf(w(ln.kv_a_norm()), vec![d.kv_lora_rank], Fill::Const(1.0));
-        bf(
-            w(ln.kv_b()),
-            vec![d.heads * (d.nope + d.v_head), d.kv_lora_rank],
-            Fill::Rand {
-                std: std_in(d.kv_lora_rank),
-            },
-        );
-        bf(
-            w(ln.o()),
-            vec![h, d.heads * d.v_head],
-            Fill::Rand {
-                std: gain * std_in(d.heads * d.v_head),
-            },
-        );
-        bf(w(ln.post_attention_norm()), vec![h], Fill::Const(1.0));
-        if l < d.first_k_dense {
-            let mp = ln.dense_mlp();
-            bf(
-                w(mp.gate()),
-                vec![d.inter, h],
-                Fill::Rand { std: std_in(h) },
-            );
-            bf(w(mp.up()), vec![d.inter, h], Fill::Rand { std: std_in(h) });
-            bf(
-                w(mp.down()),
-                vec![h, d.inter],
-                Fill::Rand {
-                    std: gain * std_in(d.inter),
-                },
-            );
-        } else {
-            bf(
-                w(ln.router()),
-                vec![d.experts, h],
-                Fill::Rand { std: std_in(h) },
-            );
-            jobs.push(Job {
-                plan: plan(ln.router_bias(), Dtype::F32, vec![d.experts]),
-                fill: Fill::Rand { std: 0.05 },
-            });
-            for e in 0..d.experts {
-                let ep = ln.expert(e);
-                for (proj, out, inp, std) in [
-                    (Proj::Gate, d.moe_inter, h, std_in(h)),
-                    (Proj::Up, d.moe_inter, h, std_in(h)),
-                    (
-                        Proj::Down,
-                        h,
-                        d.moe_inter,
-                        gain * std_in(d.moe_inter) / 2.827,
-                    ),
-                ] {
-                    let base = ep.proj(proj);
-                    jobs.push(Job {
-                        plan: plan(Int4::packed(&base), Dtype::I32, vec![out, inp / 8]),
-                        fill: Fill::Int4Packed {
-                            base: base.clone(),
-                            std,
-                        },
-                    });
-                    jobs.push(Job {
-                        plan: plan(Int4::scale(&base), Dtype::BF16, vec![out, inp / 32]),
-                        fill: Fill::Int4Scale {
-                            base: base.clone(),
-                            std,
-                        },
-                    });
-                    jobs.push(Job {
-                        plan: plan(Int4::shape(&base), Dtype::I32, vec![2]),
-                        fill: Fill::Int4Shape,
-                    });
-                }
-            }
-            if d.shared_experts > 0 {
-                let si = d.moe_inter * d.shared_experts;
-                let sp = ln.shared_experts();
-                let mut bf = |name: String, shape: Vec<usize>, fill: Fill| {
-                    jobs.push(Job {
-                        plan: plan(name, Dtype::BF16, shape),
-                        fill,
-                    })
+        jobs.push(linear(ln.kv_a(), s.kv_a(), 1.0));
+        jobs.push(norm(ln.kv_a_norm(), s.kv_lora_rank));
+        jobs.push(linear(ln.kv_b(), s.kv_b(), 1.0));
+        jobs.push(linear(ln.o(), s.o(), gain));
+        jobs.push(norm(ln.post_attention_norm(), h));
+        if !self.arch.is_moe_layer(l as u32) {
+            ffn(ln.dense_mlp(), s.dense, &mut jobs);
+            return jobs;
+        }
+        let moe = s.moe.expect("generated configs have MoE dims");
+        jobs.push(linear(ln.router(), moe.router(), 1.0));
+        jobs.push(Job {
+            plan: plan(ln.router_bias(), Dtype::F32, vec![moe.experts]),
+            fill: Fill::Rand { std: 0.05 },
+        });
+        let scaling = self
+            .arch
+            .moe
+            .as_ref()
+            .map_or(1.0, |m| m.routed_scaling_factor as f32);
+        for e in 0..moe.experts {
+            let ep = ln.expert(e);
+            for proj in [Proj::Gate, Proj::Up, Proj::Down] {
+                let matrix = moe.expert.proj(proj);
+                // routed outputs are scaled up by routed_scaling_factor: draw down smaller
+                let std = match proj {
+                    Proj::Down => gain * std_in(matrix[1]) / scaling,
+                    _ => std_in(matrix[1]),
                 };
-                bf(w(sp.gate()), vec![si, h], Fill::Rand { std: std_in(h) });
-                bf(w(sp.up()), vec![si, h], Fill::Rand { std: std_in(h) });
-                bf(
-                    w(sp.down()),
-                    vec![h, si],
-                    Fill::Rand {
-                        std: gain * std_in(si),
+                let base = ep.proj(proj);
+                jobs.push(Job {
+                    plan: plan(
+                        Int4::packed(&base),
+                        Dtype::I32,
+                        shapes::int4_packed(matrix).to_vec(),
+                    ),
+                    fill: Fill::Int4Packed {
+                        base: base.clone(),
+                        matrix,
+                        std,
                     },
-                );
+                });
+                jobs.push(Job {
+                    plan: plan(
+                        Int4::scale(&base),
+                        Dtype::BF16,
+                        shapes::int4_scales(matrix, s.group).to_vec(),
+                    ),
+                    fill: Fill::Int4Scale {
+                        base: base.clone(),
+                        matrix,
+                        std,
+                    },
+                });
+                jobs.push(Job {
+                    plan: plan(Int4::shape(&base), Dtype::I32, vec![2]),
+                    fill: Fill::Int4Shape { matrix },
+                });
             }
+        }
+        if let Some(shared) = moe.shared {
+            ffn(ln.shared_experts(), shared, &mut jobs);
         }
         jobs
     }
 
     fn draft_jobs(&self) -> Vec<Job> {
-        let d = &self.d;
-        let h = d.hidden;
-        let (nh, nkv, hd) = (d.draft_heads, d.draft_kv_heads, d.draft_head_dim);
-        let q = self.quality;
+        let s = &self.draft_shapes;
+        let h = s.hidden;
         let std_in = |n: usize| 1.0 / (n as f32).sqrt();
         let bf = |name: &str, shape: Vec<usize>, fill: Fill| Job {
             plan: plan(name.into(), Dtype::BF16, shape),
             fill,
         };
         let w = |module: &str| names::weight(module);
+        let [gate, up, down] = [Proj::Gate, Proj::Up, Proj::Down].map(|p| s.ffn.proj(p));
         vec![
             bf(
                 &w(draft::FC),
-                vec![h, 3 * h],
-                Fill::Rand { std: std_in(3 * h) },
+                s.fc().to_vec(),
+                Fill::Rand {
+                    std: std_in(s.fc()[1]),
+                },
             ),
             bf(&w(draft::INPUT_NORM), vec![h], Fill::Const(1.0)),
             bf(&w(draft::HIDDEN_NORM), vec![h], Fill::Const(1.0)),
-            bf(
-                &w(draft::Q),
-                vec![nh * hd, 2 * h],
-                Fill::DraftAttn(AttnPart::Q),
-            ),
-            bf(
-                &w(draft::K),
-                vec![nkv * hd, 2 * h],
-                Fill::DraftAttn(AttnPart::K),
-            ),
-            bf(
-                &w(draft::V),
-                vec![nkv * hd, 2 * h],
-                Fill::DraftAttn(AttnPart::V),
-            ),
-            bf(&w(draft::O), vec![h, nh * hd], Fill::DraftAttn(AttnPart::O)),
+            bf(&w(draft::Q), s.q().to_vec(), Fill::DraftAttn(AttnPart::Q)),
+            bf(&w(draft::K), s.kv().to_vec(), Fill::DraftAttn(AttnPart::K)),
+            bf(&w(draft::V), s.kv().to_vec(), Fill::DraftAttn(AttnPart::V)),
+            bf(&w(draft::O), s.o().to_vec(), Fill::DraftAttn(AttnPart::O)),
             bf(&w(draft::POST_ATTENTION_NORM), vec![h], Fill::Const(1.0)),
             bf(
                 &w(draft::GATE),
-                vec![d.draft_inter, h],
+                gate.to_vec(),
                 Fill::Rand { std: std_in(h) },
             ),
-            bf(
-                &w(draft::UP),
-                vec![d.draft_inter, h],
-                Fill::Rand { std: std_in(h) },
-            ),
+            bf(&w(draft::UP), up.to_vec(), Fill::Rand { std: std_in(h) }),
             bf(
                 &w(draft::DOWN),
-                vec![h, d.draft_inter],
+                down.to_vec(),
                 Fill::Rand {
-                    std: 0.05 * std_in(d.draft_inter),
+                    std: 0.05 * std_in(down[1]),
                 },
             ),
             bf(&w(draft::FINAL_NORM), vec![h], Fill::Const(1.0)),
             Job {
-                plan: plan(w(draft::LM_HEAD), Dtype::BF16, vec![d.draft_vocab, h]),
-                fill: if q > 0.0 {
+                plan: plan(w(draft::LM_HEAD), Dtype::BF16, s.lm_head().to_vec()),
+                fill: if self.quality > 0.0 {
                     Fill::DraftLmHead
                 } else {
                     Fill::Rand { std: self.lm_std() }
                 },
             },
             Job {
-                plan: plan(draft::D2T.into(), Dtype::I64, vec![d.draft_vocab]),
+                plan: plan(draft::D2T.into(), Dtype::I64, vec![s.draft_vocab]),
                 fill: Fill::D2t,
             },
             Job {
-                plan: plan(draft::T2D.into(), Dtype::BOOL, vec![d.vocab]),
+                plan: plan(draft::T2D.into(), Dtype::BOOL, vec![s.target_vocab]),
                 fill: Fill::T2d,
             },
         ]
@@ -934,21 +911,20 @@ impl Gen {
     ) -> Result<()> {
         let shape = &job.plan.shape;
         match &job.fill {
-            Fill::Int4Packed { base, std } | Fill::Int4Scale { base, std } => {
+            Fill::Int4Packed { base, matrix, std } | Fill::Int4Scale { base, matrix, std } => {
                 if cache.key != *base {
-                    let (out, inp) = match &job.fill {
-                        Fill::Int4Packed { .. } => (shape[0], shape[1] * 8),
-                        _ => (shape[0], shape[1] * 32),
-                    };
-                    cache.packed = vec![0; out * inp / 8];
-                    cache.scales = vec![0; out * inp / 32];
+                    let group = self.shapes.group;
+                    let [out, inp] = *matrix;
+                    let (words, scales) = (inp / 8, inp / group);
+                    cache.packed = vec![0; out * words];
+                    cache.scales = vec![0; out * scales];
                     for r in 0..out {
                         let row = rand_row(self.seed, base, r, inp, *std);
                         int4::quantize_row_into(
                             &row,
-                            32,
-                            &mut cache.packed[r * inp / 8..(r + 1) * inp / 8],
-                            &mut cache.scales[r * inp / 32..(r + 1) * inp / 32],
+                            group,
+                            &mut cache.packed[r * words..(r + 1) * words],
+                            &mut cache.scales[r * scales..(r + 1) * scales],
                         );
                     }
                     cache.key = base.clone();
@@ -961,13 +937,10 @@ impl Gen {
                 };
                 sink(&bytes)
             }
-            Fill::Int4Shape => {
-                // The matrix shape: recovered from the packed tensor's name (same prefix).
-                let base = job.plan.name.trim_end_matches(".weight_shape");
-                let (out, inp) = self.expert_shape(base);
+            Fill::Int4Shape { matrix: [out, inp] } => {
                 let mut b = Vec::new();
-                b.extend((out as i32).to_le_bytes());
-                b.extend((inp as i32).to_le_bytes());
+                b.extend((*out as i32).to_le_bytes());
+                b.extend((*inp as i32).to_le_bytes());
                 sink(&b)
             }
             Fill::D2t => {
@@ -1001,14 +974,6 @@ impl Gen {
                 }
                 Ok(())
             }
-        }
-    }
-
-    fn expert_shape(&self, base: &str) -> (usize, usize) {
-        if base.ends_with("down_proj") {
-            (self.d.hidden, self.d.moe_inter)
-        } else {
-            (self.d.moe_inter, self.d.hidden)
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod passes;
 pub mod rope;
 mod session;
 pub mod settings;
+pub mod shapes;
 pub mod spec;
 pub mod st;
 pub mod target;

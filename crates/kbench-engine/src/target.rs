@@ -8,8 +8,9 @@ use kbench_core::arch::{ArchFamily, ModelArch, MoeDims};
 
 use crate::error::{EngineError, Result};
 use crate::linalg::{rms_norm, rms_norm_to, swiglu, Linear, Weight};
-use crate::names::{self, Int4, TargetNames};
+use crate::names::{self, FfnNames, Int4, Proj, TargetNames};
 use crate::rope::{mla_softmax_scale, Rope};
+use crate::shapes::{self, FfnShape, Matrix, TargetShapes};
 use crate::st::{Slice, WeightStore};
 use kbench_numerics::bf16;
 
@@ -171,7 +172,7 @@ pub struct Target {
     pub capture_layers: Vec<usize>,
 }
 
-fn lin(ws: &WeightStore, name: &str, out: usize, inp: usize) -> Result<Linear> {
+fn lin(ws: &WeightStore, name: &str, [out, inp]: Matrix) -> Result<Linear> {
     Ok(Linear::bf16(
         out,
         inp,
@@ -180,18 +181,19 @@ fn lin(ws: &WeightStore, name: &str, out: usize, inp: usize) -> Result<Linear> {
 }
 
 /// A linear that is INT4 compressed-tensors when `name.weight_packed` exists, else BF16.
-fn lin_q(ws: &WeightStore, name: &str, out: usize, inp: usize, group: usize) -> Result<Linear> {
+fn lin_q(ws: &WeightStore, name: &str, shape: Matrix, group: usize) -> Result<Linear> {
     let packed_name = Int4::packed(name);
     if !ws.contains(&packed_name) {
-        return lin(ws, name, out, inp);
+        return lin(ws, name, shape);
     }
+    let [out, inp] = shape;
     if inp % group != 0 || group % 32 != 0 {
         return Err(EngineError::Unsupported(format!(
             "{name}: INT4 needs the input dim ({inp}) to be a multiple of the group size ({group}), itself a multiple of 32"
         )));
     }
-    let packed = ws.words(&packed_name, &[out, inp / 8])?;
-    let scales = ws.bf16s(&Int4::scale(name), &[out, inp / group])?;
+    let packed = ws.words(&packed_name, &shapes::int4_packed(shape))?;
+    let scales = ws.bf16s(&Int4::scale(name), &shapes::int4_scales(shape, group))?;
     let shape_name = Int4::shape(name);
     if ws.contains(&shape_name) {
         let (_, s) = ws.ints(&shape_name)?;
@@ -216,6 +218,14 @@ fn norm_w(ws: &WeightStore, name: &str, n: usize) -> Result<Vec<f32>> {
     ws.f32s(&names::weight(name), &[n])
 }
 
+fn ffn(ws: &WeightStore, names: &FfnNames, shape: FfnShape) -> Result<Ffn> {
+    Ok(Ffn {
+        gate: lin(ws, &names.gate(), shape.proj(Proj::Gate))?,
+        up: lin(ws, &names.up(), shape.proj(Proj::Up))?,
+        down: lin(ws, &names.down(), shape.proj(Proj::Down))?,
+    })
+}
+
 impl Target {
     pub fn load(arch: &ModelArch, ws: &WeightStore) -> Result<Target> {
         if arch.family != ArchFamily::MlaMoe {
@@ -224,51 +234,35 @@ impl Target {
                 arch.model_type, arch.family
             )));
         }
-        let mla = arch
-            .mla
-            .as_ref()
-            .ok_or_else(|| EngineError::Unsupported("MLA dims missing".into()))?;
-        let h = arch.hidden_size as usize;
-        let heads = arch.num_heads as usize;
-        let (nope, rd, vd, rank) = (
-            mla.qk_nope_head_dim as usize,
-            mla.qk_rope_head_dim as usize,
-            mla.v_head_dim as usize,
-            mla.kv_lora_rank as usize,
-        );
-        let vocab = arch.vocab_size as usize;
-        let group = arch
-            .quant
-            .as_ref()
-            .map(|q| q.group_size as usize)
-            .unwrap_or(32);
+        let s = TargetShapes::new(arch)?;
+        let (h, heads, vocab, group) = (s.hidden, s.heads, s.vocab, s.group);
         let names = TargetNames::new(&arch.tensor_prefix);
-        let embed = ws.bf16s(&names.embed(), &[vocab, h])?;
+        let embed = ws.bf16s(&names.embed(), &s.embed())?;
         let mut layers = Vec::with_capacity(arch.num_layers as usize);
         for l in 0..arch.num_layers {
             let ln = names.layer(l as usize);
-            let q = match mla.q_lora_rank {
-                Some(qr) => QProj::LowRank {
-                    a: lin(ws, &ln.q_a(), qr as usize, h)?,
-                    norm: norm_w(ws, &ln.q_a_norm(), qr as usize)?,
-                    b: lin(ws, &ln.q_b(), heads * (nope + rd), qr as usize)?,
+            let q = match s.q_low_rank() {
+                Some((a, b)) => QProj::LowRank {
+                    a: lin(ws, &ln.q_a(), a)?,
+                    norm: norm_w(ws, &ln.q_a_norm(), a[0])?,
+                    b: lin(ws, &ln.q_b(), b)?,
                 },
-                None => QProj::Full(lin(ws, &ln.q(), heads * (nope + rd), h)?),
+                None => QProj::Full(lin(ws, &ln.q(), s.q_full())?),
             };
             let attn = Mla {
                 q,
-                kv_a: lin(ws, &ln.kv_a(), rank + rd, h)?,
-                kv_a_norm: norm_w(ws, &ln.kv_a_norm(), rank)?,
-                kv_b: ws.bf16s(&names::weight(&ln.kv_b()), &[heads * (nope + vd), rank])?,
-                o: lin(ws, &ln.o(), h, heads * vd)?,
+                kv_a: lin(ws, &ln.kv_a(), s.kv_a())?,
+                kv_a_norm: norm_w(ws, &ln.kv_a_norm(), s.kv_lora_rank)?,
+                kv_b: ws.bf16s(&names::weight(&ln.kv_b()), &s.kv_b())?,
+                o: lin(ws, &ln.o(), s.o())?,
             };
             let mlp = if arch.is_moe_layer(l) {
                 let d = arch
                     .moe
                     .clone()
                     .ok_or_else(|| EngineError::Unsupported("MoE dims missing".into()))?;
-                let e = d.n_routed_experts as usize;
-                let mi = d.moe_intermediate_size as usize;
+                let ms = s.moe()?;
+                let e = ms.experts;
                 let bias_name = ln.router_bias();
                 let bias = if ws.contains(&bias_name) {
                     Some(ws.f32s(&bias_name, &[e])?)
@@ -284,21 +278,14 @@ impl Target {
                 for x in 0..e {
                     let ep = ln.expert(x);
                     experts.push(Ffn {
-                        gate: lin_q(ws, &ep.gate(), mi, h, group)?,
-                        up: lin_q(ws, &ep.up(), mi, h, group)?,
-                        down: lin_q(ws, &ep.down(), h, mi, group)?,
+                        gate: lin_q(ws, &ep.gate(), ms.expert.proj(Proj::Gate), group)?,
+                        up: lin_q(ws, &ep.up(), ms.expert.proj(Proj::Up), group)?,
+                        down: lin_q(ws, &ep.down(), ms.expert.proj(Proj::Down), group)?,
                     });
                 }
-                let shared = if d.n_shared_experts > 0 {
-                    let si = mi * d.n_shared_experts as usize;
-                    let sp = ln.shared_experts();
-                    Some(Ffn {
-                        gate: lin(ws, &sp.gate(), si, h)?,
-                        up: lin(ws, &sp.up(), si, h)?,
-                        down: lin(ws, &sp.down(), h, si)?,
-                    })
-                } else {
-                    None
+                let shared = match ms.shared {
+                    Some(ss) => Some(ffn(ws, &ln.shared_experts(), ss)?),
+                    None => None,
                 };
                 if d.num_experts_per_tok as usize > e
                     || d.n_group == 0
@@ -310,20 +297,14 @@ impl Target {
                     )));
                 }
                 Mlp::Moe(Box::new(Moe {
-                    router: lin(ws, &ln.router(), e, h)?,
+                    router: lin(ws, &ln.router(), ms.router())?,
                     dims: d,
                     bias,
                     experts,
                     shared,
                 }))
             } else {
-                let i = arch.intermediate_size as usize;
-                let mp = ln.dense_mlp();
-                Mlp::Dense(Box::new(Ffn {
-                    gate: lin(ws, &mp.gate(), i, h)?,
-                    up: lin(ws, &mp.up(), i, h)?,
-                    down: lin(ws, &mp.down(), h, i)?,
-                }))
+                Mlp::Dense(Box::new(ffn(ws, &ln.dense_mlp(), s.dense)?))
             };
             layers.push(Layer {
                 in_norm: norm_w(ws, &ln.input_norm(), h)?,
@@ -336,8 +317,9 @@ impl Target {
         {
             Linear::bf16(vocab, h, embed.clone())
         } else {
-            lin(ws, &names.lm_head(), vocab, h)?
+            lin(ws, &names.lm_head(), s.lm_head())?
         };
+        let (nope, rd, vd, rank) = (s.nope, s.rope, s.v_head, s.kv_lora_rank);
         let softmax_scale = mla_softmax_scale(nope + rd, arch.rope_scaling.as_ref());
         Ok(Target {
             embed,

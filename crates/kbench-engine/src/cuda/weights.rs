@@ -11,7 +11,8 @@ use kbench_cuda::{CudaDevice, DBuf};
 
 use super::ops;
 use crate::error::{EngineError, Result};
-use crate::names::{self, FfnNames, Int4, LayerNames, Proj, TargetNames};
+use crate::names::{self, draft, FfnNames, Int4, LayerNames, Proj, TargetNames};
+use crate::shapes::{self, DraftShapes, FfnShape, Matrix, TargetShapes};
 use crate::st::WeightStore;
 
 /// One linear layer on the device, `[out, inp]` row-major. (Dense linears are BF16 in the
@@ -262,8 +263,7 @@ fn lin_slice(
     dev: &CudaDevice,
     ws: &WeightStore,
     name: &str,
-    out: usize,
-    inp: usize,
+    [out, inp]: Matrix,
     r0: usize,
     nr: usize,
     c0: usize,
@@ -283,14 +283,9 @@ fn lin_slice(
     })
 }
 
-fn lin_full(
-    dev: &CudaDevice,
-    ws: &WeightStore,
-    name: &str,
-    out: usize,
-    inp: usize,
-) -> Result<DLin> {
-    lin_slice(dev, ws, name, out, inp, 0, out, 0, inp)
+fn lin_full(dev: &CudaDevice, ws: &WeightStore, name: &str, shape: Matrix) -> Result<DLin> {
+    let [out, inp] = shape;
+    lin_slice(dev, ws, name, shape, 0, out, 0, inp)
 }
 
 fn norm(dev: &CudaDevice, ws: &WeightStore, name: &str, n: usize) -> Result<DBuf<f32>> {
@@ -301,16 +296,21 @@ fn ffn(
     dev: &CudaDevice,
     ws: &WeightStore,
     ffn: &FfnNames,
-    inter: usize,
-    h: usize,
+    shape: FfnShape,
     w: usize,
     r: usize,
 ) -> Result<DFfn> {
-    let (i0, il) = split(inter, w, r, &format!("{} intermediate size", ffn.base()))?;
+    let h = shape.hidden;
+    let (i0, il) = split(
+        shape.inter,
+        w,
+        r,
+        &format!("{} intermediate size", ffn.base()),
+    )?;
     Ok(DFfn {
-        gate: lin_slice(dev, ws, &ffn.gate(), inter, h, i0, il, 0, h)?,
-        up: lin_slice(dev, ws, &ffn.up(), inter, h, i0, il, 0, h)?,
-        down: lin_slice(dev, ws, &ffn.down(), h, inter, 0, h, i0, il)?,
+        gate: lin_slice(dev, ws, &ffn.gate(), shape.proj(Proj::Gate), i0, il, 0, h)?,
+        up: lin_slice(dev, ws, &ffn.up(), shape.proj(Proj::Up), i0, il, 0, h)?,
+        down: lin_slice(dev, ws, &ffn.down(), shape.proj(Proj::Down), 0, h, i0, il)?,
     })
 }
 
@@ -321,17 +321,20 @@ fn put_int4(
     dev: &CudaDevice,
     ws: &WeightStore,
     name: &str,
-    out: usize,
-    inp: usize,
+    shape: Matrix,
     group: usize,
     q: &DBuf<u32>,
     qoff: usize,
     s: &DBuf<u16>,
     soff: usize,
 ) -> Result<()> {
-    let (nq, ns) = (out * inp / 8, out * inp / group);
-    let wq = ws.words(&Int4::packed(name), &[out, inp / 8])?;
-    let sc = ws.bf16s(&Int4::scale(name), &[out, inp / group])?;
+    let (packed, scales) = (
+        shapes::int4_packed(shape),
+        shapes::int4_scales(shape, group),
+    );
+    let (nq, ns) = (packed[0] * packed[1], scales[0] * scales[1]);
+    let wq = ws.words(&Int4::packed(name), &packed)?;
+    let sc = ws.bf16s(&Int4::scale(name), &scales)?;
     let tq = dev.upload(wq.as_slice()).map_err(EngineError::Cuda)?;
     let ts = dev.upload(sc.as_slice()).map_err(EngineError::Cuda)?;
     dev.copy_d2d(q.ptr_at(qoff), tq.ptr(), nq * 4)
@@ -349,16 +352,17 @@ fn stack_int4(
     proj: Proj,
     e0: usize,
     eloc: usize,
-    out: usize,
-    inp: usize,
+    expert: FfnShape,
     group: usize,
 ) -> Result<(DBuf<u32>, DBuf<u16>)> {
+    let shape = expert.proj(proj);
+    let [out, inp] = shape;
     let (nq, ns) = (out * inp / 8, out * inp / group);
     let q = dev.alloc::<u32>(eloc * nq).map_err(EngineError::Cuda)?;
     let s = dev.alloc::<u16>(eloc * ns).map_err(EngineError::Cuda)?;
     for j in 0..eloc {
         let name = layer.expert(e0 + j).proj(proj);
-        put_int4(dev, ws, &name, out, inp, group, &q, j * nq, &s, j * ns)?;
+        put_int4(dev, ws, &name, shape, group, &q, j * nq, &s, j * ns)?;
     }
     Ok((q, s))
 }
@@ -372,9 +376,9 @@ fn stack_bf16(
     proj: Proj,
     e0: usize,
     eloc: usize,
-    out: usize,
-    inp: usize,
+    expert: FfnShape,
 ) -> Result<DBuf<u16>> {
+    let [out, inp] = expert.proj(proj);
     let n = out * inp;
     let b = dev.alloc::<u16>(eloc * n).map_err(EngineError::Cuda)?;
     for j in 0..eloc {
@@ -397,10 +401,11 @@ fn stack_fused(
     layer: &LayerNames,
     e0: usize,
     eloc: usize,
-    mi: usize,
-    h: usize,
+    expert: FfnShape,
     group: usize,
 ) -> Result<ExpertW> {
+    let (mi, h) = (expert.inter, expert.hidden);
+    let gate_up = expert.proj(Proj::Gate);
     // one projection of one expert: [mi, h/8] words and [mi, h/group] scales
     let (nq, ns) = (mi * h / 8, mi * h / group);
     let w13 = dev.alloc::<u32>(eloc * 2 * nq).map_err(EngineError::Cuda)?;
@@ -408,13 +413,12 @@ fn stack_fused(
     for j in 0..eloc {
         let ep = layer.expert(e0 + j);
         let (q0, s0) = (j * 2 * nq, j * 2 * ns);
-        put_int4(dev, ws, &ep.gate(), mi, h, group, &w13, q0, &s13, s0)?;
+        put_int4(dev, ws, &ep.gate(), gate_up, group, &w13, q0, &s13, s0)?;
         put_int4(
             dev,
             ws,
             &ep.up(),
-            mi,
-            h,
+            gate_up,
             group,
             &w13,
             q0 + nq,
@@ -422,7 +426,7 @@ fn stack_fused(
             s0 + ns,
         )?;
     }
-    let (w2, s2) = stack_int4(dev, ws, layer, Proj::Down, e0, eloc, h, mi, group)?;
+    let (w2, s2) = stack_int4(dev, ws, layer, Proj::Down, e0, eloc, expert, group)?;
     Ok(ExpertW::Fused { w13, s13, w2, s2 })
 }
 
@@ -436,65 +440,48 @@ pub(crate) fn load_rank(
     r: usize,
     fused_experts: bool,
 ) -> Result<RankWeights> {
-    let mla = arch
-        .mla
-        .as_ref()
-        .ok_or_else(|| EngineError::Unsupported("MLA dims missing".into()))?;
-    let h = arch.hidden_size as usize;
-    let heads = arch.num_heads as usize;
-    let (nope, rd, vd, rank) = (
-        mla.qk_nope_head_dim as usize,
-        mla.qk_rope_head_dim as usize,
-        mla.v_head_dim as usize,
-        mla.kv_lora_rank as usize,
-    );
-    let qd = nope + rd;
-    let vocab = arch.vocab_size as usize;
+    let s = TargetShapes::new(arch)?;
+    let (h, heads, vocab, group) = (s.hidden, s.heads, s.vocab, s.group);
+    let (qd, kvd, vd) = (s.qk_head(), s.nope + s.v_head, s.v_head);
     let names = TargetNames::new(&arch.tensor_prefix);
-    let group = arch
-        .quant
-        .as_ref()
-        .map(|q| q.group_size as usize)
-        .unwrap_or(32);
     let (h0, hl) = split(heads, w, r, "attention heads")?;
-    let embed_w = ws.bf16s(&names.embed(), &[vocab, h])?;
+    let embed_w = ws.bf16s(&names.embed(), &s.embed())?;
     let embed = up16(dev, embed_w.as_slice())?;
     let mut layers = Vec::with_capacity(arch.num_layers as usize);
     for l in 0..arch.num_layers {
         let ln = names.layer(l as usize);
-        let q = match mla.q_lora_rank {
-            Some(qr) => {
-                let qr = qr as usize;
+        let q = match s.q_low_rank() {
+            Some((a, b)) => {
+                let qr = a[0];
                 DQ::LowRank {
-                    a: lin_full(dev, ws, &ln.q_a(), qr, h)?,
+                    a: lin_full(dev, ws, &ln.q_a(), a)?,
                     norm: norm(dev, ws, &ln.q_a_norm(), qr)?,
-                    b: lin_slice(dev, ws, &ln.q_b(), heads * qd, qr, h0 * qd, hl * qd, 0, qr)?,
+                    b: lin_slice(dev, ws, &ln.q_b(), b, h0 * qd, hl * qd, 0, qr)?,
                 }
             }
             None => DQ::Full(lin_slice(
                 dev,
                 ws,
                 &ln.q(),
-                heads * qd,
-                h,
+                s.q_full(),
                 h0 * qd,
                 hl * qd,
                 0,
                 h,
             )?),
         };
-        let kvb_all = ws.bf16s(&names::weight(&ln.kv_b()), &[heads * (nope + vd), rank])?;
+        let kvb_all = ws.bf16s(&names::weight(&ln.kv_b()), &s.kv_b())?;
         let kv_b = up16(
             dev,
-            &rows(kvb_all.as_slice(), rank, h0 * (nope + vd), hl * (nope + vd)),
+            &rows(kvb_all.as_slice(), s.kv_lora_rank, h0 * kvd, hl * kvd),
         )?;
         let mlp = if arch.is_moe_layer(l) {
             let d = arch
                 .moe
                 .clone()
                 .ok_or_else(|| EngineError::Unsupported("MoE dims missing".into()))?;
-            let e = d.n_routed_experts as usize;
-            let mi = d.moe_intermediate_size as usize;
+            let ms = s.moe()?;
+            let (e, mi) = (ms.experts, ms.expert.inter);
             let bias_name = ln.router_bias();
             let bias = if ws.contains(&bias_name) {
                 Some(upf(dev, &ws.f32s(&bias_name, &[e])?)?)
@@ -519,35 +506,26 @@ pub(crate) fn load_rank(
                         "the fused MoE takes INT4 group-32 experts (int4 {int4}, group {group})"
                     )));
                 }
-                stack_fused(dev, ws, &ln, e0, eloc, mi, h, group)?
+                stack_fused(dev, ws, &ln, e0, eloc, ms.expert, group)?
             } else if int4 {
                 ExpertW::Int4 {
-                    gate: stack_int4(dev, ws, &ln, Proj::Gate, e0, eloc, mi, h, group)?,
-                    up: stack_int4(dev, ws, &ln, Proj::Up, e0, eloc, mi, h, group)?,
-                    down: stack_int4(dev, ws, &ln, Proj::Down, e0, eloc, h, mi, group)?,
+                    gate: stack_int4(dev, ws, &ln, Proj::Gate, e0, eloc, ms.expert, group)?,
+                    up: stack_int4(dev, ws, &ln, Proj::Up, e0, eloc, ms.expert, group)?,
+                    down: stack_int4(dev, ws, &ln, Proj::Down, e0, eloc, ms.expert, group)?,
                 }
             } else {
                 ExpertW::Bf16 {
-                    gate: stack_bf16(dev, ws, &ln, Proj::Gate, e0, eloc, mi, h)?,
-                    up: stack_bf16(dev, ws, &ln, Proj::Up, e0, eloc, mi, h)?,
-                    down: stack_bf16(dev, ws, &ln, Proj::Down, e0, eloc, h, mi)?,
+                    gate: stack_bf16(dev, ws, &ln, Proj::Gate, e0, eloc, ms.expert)?,
+                    up: stack_bf16(dev, ws, &ln, Proj::Up, e0, eloc, ms.expert)?,
+                    down: stack_bf16(dev, ws, &ln, Proj::Down, e0, eloc, ms.expert)?,
                 }
             };
-            let shared = if d.n_shared_experts > 0 {
-                Some(ffn(
-                    dev,
-                    ws,
-                    &ln.shared_experts(),
-                    mi * d.n_shared_experts as usize,
-                    h,
-                    w,
-                    r,
-                )?)
-            } else {
-                None
+            let shared = match ms.shared {
+                Some(ss) => Some(ffn(dev, ws, &ln.shared_experts(), ss, w, r)?),
+                None => None,
             };
             DMlp::Moe {
-                router: lin_full(dev, ws, &ln.router(), e, h)?,
+                router: lin_full(dev, ws, &ln.router(), ms.router())?,
                 bias,
                 experts: Experts {
                     e0,
@@ -558,24 +536,16 @@ pub(crate) fn load_rank(
                 shared,
             }
         } else {
-            DMlp::Dense(ffn(
-                dev,
-                ws,
-                &ln.dense_mlp(),
-                arch.intermediate_size as usize,
-                h,
-                w,
-                r,
-            )?)
+            DMlp::Dense(ffn(dev, ws, &ln.dense_mlp(), s.dense, w, r)?)
         };
         layers.push(DLayer {
             in_norm: norm(dev, ws, &ln.input_norm(), h)?,
             post_norm: norm(dev, ws, &ln.post_attention_norm(), h)?,
             q,
-            kv_a: lin_full(dev, ws, &ln.kv_a(), rank + rd, h)?,
-            kv_a_norm: norm(dev, ws, &ln.kv_a_norm(), rank)?,
+            kv_a: lin_full(dev, ws, &ln.kv_a(), s.kv_a())?,
+            kv_a_norm: norm(dev, ws, &ln.kv_a_norm(), s.kv_lora_rank)?,
             kv_b,
-            o: lin_slice(dev, ws, &ln.o(), h, heads * vd, 0, h, h0 * vd, hl * vd)?,
+            o: lin_slice(dev, ws, &ln.o(), s.o(), 0, h, h0 * vd, hl * vd)?,
             mlp,
         });
     }
@@ -587,7 +557,7 @@ pub(crate) fn load_rank(
             w: DW::Bf16(up16(dev, &rows(embed_w.as_slice(), h, v0, vl))?),
         }
     } else {
-        lin_slice(dev, ws, &names.lm_head(), vocab, h, v0, vl, 0, h)?
+        lin_slice(dev, ws, &names.lm_head(), s.lm_head(), v0, vl, 0, h)?
     };
     Ok(RankWeights {
         embed,
@@ -605,35 +575,23 @@ pub(crate) fn load_draft(
     ws: &WeightStore,
     target_vocab: usize,
 ) -> Result<(DraftWeights, Vec<u32>)> {
-    let h = arch.hidden_size as usize;
-    let (nh, nkv, hd) = (
-        arch.num_heads as usize,
-        arch.num_kv_heads as usize,
-        arch.head_dim as usize,
-    );
-    if nkv == 0 || nh % nkv != 0 {
-        return Err(EngineError::ConfigMismatch(format!(
-            "draft: {nh} heads do not group over {nkv} KV heads"
-        )));
-    }
-    let i = arch.intermediate_size as usize;
-    let dv = arch.draft_vocab_size as usize;
-    let ncap = arch.capture_layers.len();
-    let d2t = crate::draft::read_d2t(ws, dv, target_vocab)?;
+    let s = DraftShapes::new(arch)?;
+    let h = s.hidden;
+    let d2t = crate::draft::read_d2t(ws, s.draft_vocab, target_vocab)?;
     let w = DraftWeights {
-        fc: lin_full(dev, ws, "fc", h, ncap * h)?,
-        in_norm: norm(dev, ws, "midlayer.input_layernorm", h)?,
-        hidden_norm: norm(dev, ws, "midlayer.hidden_norm", h)?,
-        q: lin_full(dev, ws, "midlayer.self_attn.q_proj", nh * hd, 2 * h)?,
-        k: lin_full(dev, ws, "midlayer.self_attn.k_proj", nkv * hd, 2 * h)?,
-        v: lin_full(dev, ws, "midlayer.self_attn.v_proj", nkv * hd, 2 * h)?,
-        o: lin_full(dev, ws, "midlayer.self_attn.o_proj", h, nh * hd)?,
-        post_norm: norm(dev, ws, "midlayer.post_attention_layernorm", h)?,
-        gate: lin_full(dev, ws, "midlayer.mlp.gate_proj", i, h)?,
-        up: lin_full(dev, ws, "midlayer.mlp.up_proj", i, h)?,
-        down: lin_full(dev, ws, "midlayer.mlp.down_proj", h, i)?,
-        norm: norm(dev, ws, "norm", h)?,
-        lm_head: lin_full(dev, ws, "lm_head", dv, h)?,
+        fc: lin_full(dev, ws, draft::FC, s.fc())?,
+        in_norm: norm(dev, ws, draft::INPUT_NORM, h)?,
+        hidden_norm: norm(dev, ws, draft::HIDDEN_NORM, h)?,
+        q: lin_full(dev, ws, draft::Q, s.q())?,
+        k: lin_full(dev, ws, draft::K, s.kv())?,
+        v: lin_full(dev, ws, draft::V, s.kv())?,
+        o: lin_full(dev, ws, draft::O, s.o())?,
+        post_norm: norm(dev, ws, draft::POST_ATTENTION_NORM, h)?,
+        gate: lin_full(dev, ws, draft::GATE, s.ffn.proj(Proj::Gate))?,
+        up: lin_full(dev, ws, draft::UP, s.ffn.proj(Proj::Up))?,
+        down: lin_full(dev, ws, draft::DOWN, s.ffn.proj(Proj::Down))?,
+        norm: norm(dev, ws, draft::FINAL_NORM, h)?,
+        lm_head: lin_full(dev, ws, draft::LM_HEAD, s.lm_head())?,
     };
     Ok((w, d2t))
 }
