@@ -187,7 +187,7 @@ fn compare_sets_reports_side_by_side_and_plots_them() {
     let (code, _, stderr) = kbench(dir.path(), &["compare", "v2.json", "missing.json"]);
     assert_eq!(code, 3);
     assert!(
-        stderr.starts_with("error: reading missing.json: "),
+        stderr.starts_with("error: reading missing.json\n  caused by: "),
         "{stderr}"
     );
 }

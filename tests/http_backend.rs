@@ -685,7 +685,8 @@ fn trace_record_from_a_live_server_writes_what_its_rounds_showed() {
     let err = kbench_sim::open(&deeper).err().unwrap();
     insta::assert_snapshot!(
         "live_trace_deeper_than_observed",
-        err.to_string()
+        kbench_core::error_chain::Chain(&err)
+            .to_string()
             .replace(&out.display().to_string(), "live.kbt")
     );
 

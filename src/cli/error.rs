@@ -31,11 +31,8 @@ impl CliError {
         let mut message = err.to_string();
         let mut source = err.source();
         while let Some(s) = source {
-            let line = s.to_string();
-            if !message.contains(&line) {
-                message.push_str("\n  caused by: ");
-                message.push_str(&line);
-            }
+            message.push_str("\n  caused by: ");
+            message.push_str(&s.to_string());
             source = s.source();
         }
         CliError { code, message }
@@ -65,6 +62,8 @@ pub fn spec_error(err: &SpecError) -> CliError {
     e
 }
 
+/// The CLI's own I/O (stdout, a report file): what it was doing, then the cause, as
+/// [`CliError::from_error`] prints a library error's chain.
 pub fn io_error(code: i32, what: impl fmt::Display, err: std::io::Error) -> CliError {
-    CliError::new(code, format!("{what}: {err}"))
+    CliError::new(code, format!("{what}\n  caused by: {err}"))
 }

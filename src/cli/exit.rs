@@ -76,7 +76,7 @@ fn own_code(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
             EngineError::Trace(e) => Some(code_for(e)),
             EngineError::Write { .. } => Some(OUTPUT),
             // the engine failed while running, not on what it was given
-            EngineError::Device(_)
+            EngineError::DeviceUnavailable { .. }
             | EngineError::Cuda(_)
             | EngineError::Tree(_)
             | EngineError::Verify(_) => Some(BACKEND),
@@ -171,7 +171,11 @@ mod tests {
                 BACKEND,
             ),
             (
-                Box::new(kbench_engine::EngineError::Device("launch failed".into())),
+                Box::new(kbench_engine::EngineError::DeviceUnavailable {
+                    device: "cuda:3".into(),
+                    why: "no such GPU",
+                    found: 1,
+                }),
                 BACKEND,
             ),
             (

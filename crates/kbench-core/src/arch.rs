@@ -16,7 +16,7 @@ pub enum ArchError {
         #[source]
         source: std::io::Error,
     },
-    #[error("model config {path} is not valid JSON: {source}")]
+    #[error("model config {path} is not valid JSON")]
     Json {
         path: PathBuf,
         #[source]

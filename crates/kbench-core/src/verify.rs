@@ -36,7 +36,7 @@ impl VerifyOutcome {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum VerifyError {
-    #[error("verify: the draft tree is malformed: {0}")]
+    #[error("verify: the draft tree is malformed")]
     Tree(#[from] crate::tree::TreeError),
     #[error("verify: {what} has {got} entries but the tree has {expected} nodes")]
     NodeCount {

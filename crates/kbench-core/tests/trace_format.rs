@@ -88,11 +88,12 @@ fn err(bytes: &[u8]) -> String {
 fn missing_file_is_named() {
     let e = read(Path::new("/nonexistent/kbench/x.kbt")).unwrap_err();
     assert!(matches!(e, TraceError::Read { .. }));
-    assert!(
-        e.to_string()
-            .starts_with("cannot read trace /nonexistent/kbench/x.kbt: "),
-        "{e}"
-    );
+    assert_eq!(e.to_string(), "cannot read trace /nonexistent/kbench/x.kbt");
+    let source = std::error::Error::source(&e).expect("the I/O error as the source");
+    let io = source
+        .downcast_ref::<std::io::Error>()
+        .expect("an I/O error");
+    assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
 }
 
 #[test]

@@ -8,6 +8,7 @@
 use crate::bf16;
 use crate::blas::Blas;
 use crate::device::{CudaDevice, DBuf};
+use crate::error::Chain;
 use crate::error::Result;
 use crate::linear::Linear;
 use crate::ops::{self, MlaShape, MoeConfig, MoeScratch, MoeWeights};
@@ -141,7 +142,7 @@ pub fn copy_bandwidth(dev: &CudaDevice) -> Result<f64> {
 }
 
 /// cuBLAS BF16 GEMM n^3 (f32 compute) on random data through [`Blas`], TFLOP/s.
-/// `CudaError::Cublas` if libcublas is not loadable.
+/// `CudaError::NoCublas` if libcublas is not loadable.
 pub fn cublas_bf16_tflops(dev: &CudaDevice, n: usize) -> Result<f64> {
     let blas = Blas::new(dev)?;
     let mut rng = Rand::new(7);
@@ -511,7 +512,7 @@ pub fn kernel_table(dev: &CudaDevice, quick: bool) -> Result<(String, Vec<BenchR
             );
         }
         Err(e) => {
-            let _ = writeln!(s, "ceiling: cuBLAS bf16 unavailable: {e}");
+            let _ = writeln!(s, "ceiling: cuBLAS bf16 unavailable: {}", Chain(&e));
         }
     }
     let mut rows = vec![];
@@ -524,7 +525,7 @@ pub fn kernel_table(dev: &CudaDevice, quick: bool) -> Result<(String, Vec<BenchR
         let row = match time_case(dev, &mut c, 3, if quick { 10 } else { 30 }) {
             Ok(r) => r,
             Err(e) => {
-                let _ = writeln!(s, "{:<62} FAILED: {e}", c.name);
+                let _ = writeln!(s, "{:<62} FAILED: {}", c.name, Chain(&e));
                 continue;
             }
         };
@@ -661,7 +662,10 @@ pub fn layer_stack(
     let lin = Linear::pick(blas.as_ref().ok(), wso);
     let lin_note = match &blas {
         Ok(b) => format!("cuBLAS ({})", b.version),
-        Err(e) => format!("own bf16_matmul ({})", e.to_string().replace('\n', " ")),
+        Err(e) => format!(
+            "own bf16_matmul ({})",
+            Chain(e).to_string().replace('\n', " ")
+        ),
     };
     let yarn = crate::reference::kimi_k25_yarn();
     let (inv, msc) = crate::reference::yarn_inv_freq(&yarn, 64);

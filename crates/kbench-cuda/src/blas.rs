@@ -86,7 +86,10 @@ fn check(st: cb::cublasStatus_t, what: &str) -> Result<()> {
     if st == cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
         Ok(())
     } else {
-        Err(CudaError::Cublas(format!("{what}: {}", status_text(st))))
+        Err(CudaError::Cublas {
+            call: what.into(),
+            status: status_text(st),
+        })
     }
 }
 
@@ -121,9 +124,9 @@ unsafe impl Send for Blas {}
 
 impl Blas {
     /// A handle bound to `dev`'s stream with a 32 MiB workspace of its own, f32 reductions and
-    /// host-side alpha / beta. `CudaError::Cublas` when libcublas is absent or unusable.
+    /// host-side alpha / beta. `CudaError::NoCublas` when libcublas is absent or unusable.
     pub fn new(dev: &CudaDevice) -> Result<Blas> {
-        let version = cublas_status().map_err(CudaError::Cublas)?;
+        let version = cublas_status().map_err(CudaError::NoCublas)?;
         dev.ctx.bind_to_thread()?;
         // over-allocated so the workspace can start on a 256-byte boundary whatever the stream's
         // memory pool returns

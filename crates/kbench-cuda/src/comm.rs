@@ -28,7 +28,10 @@ fn check(r: nc::ncclResult_t, what: &str) -> Result<()> {
     if r == nc::ncclResult_t::ncclSuccess {
         Ok(())
     } else {
-        Err(CudaError::Nccl(format!("{what}: {r:?}")))
+        Err(CudaError::Nccl {
+            call: what.into(),
+            status: r,
+        })
     }
 }
 
@@ -51,7 +54,7 @@ impl TpComm {
     /// One communicator per device (single process, ncclCommInitAll).
     pub fn group(devs: &[&CudaDevice]) -> Result<Vec<Self>> {
         if !nccl_present() {
-            return Err(CudaError::Nccl(
+            return Err(CudaError::NoNccl(
                 "libnccl not loadable (need libnccl.so on the library path)".into(),
             ));
         }

@@ -1,7 +1,7 @@
 //! The CUDA device: context, one stream, kernel modules (NVRTC -> CUBIN, cached), buffers,
 //! raw kernel launches, event timing, CUDA graph capture.
 
-use crate::error::{CudaError, Result};
+use crate::error::{driver, CudaError, Result};
 use crate::kernels::KernelFile;
 use cudarc::driver::{
     sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
@@ -107,8 +107,10 @@ impl CudaDevice {
         if !driver_present() {
             return Err(CudaError::NoDriver);
         }
-        let n = CudaContext::device_count()
-            .map_err(|e| CudaError::Driver(format!("cuInit/cuDeviceGetCount: {e:?}")))?;
+        let n = CudaContext::device_count().map_err(|source| CudaError::Driver {
+            call: "cuInit/cuDeviceGetCount".into(),
+            source,
+        })?;
         if ordinal >= n.max(0) as usize {
             return Err(CudaError::NoDevice(ordinal, n.max(0) as usize));
         }
@@ -172,7 +174,9 @@ impl CudaDevice {
             hs.into_iter()
                 .map(|h| {
                     h.join().unwrap_or_else(|_| {
-                        Err(CudaError::Driver("compile thread panicked".into()))
+                        Err(CudaError::Internal(
+                            "a kernel compile thread panicked".into(),
+                        ))
                     })
                 })
                 .collect()
@@ -208,11 +212,7 @@ impl CudaDevice {
                     dyn_smem as i32,
                 )
             };
-            if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(CudaError::Driver(format!(
-                    "cuFuncSetAttribute({name}, {dyn_smem}): {r:?}"
-                )));
-            }
+            driver(format!("cuFuncSetAttribute({name}, {dyn_smem})"), r)?;
         }
         self.funcs.lock().unwrap().insert(key, func.clone());
         Ok(func)
@@ -265,10 +265,9 @@ impl CudaDevice {
                 &mut ptrs,
             )
         }
-        .map_err(|e| {
-            CudaError::Driver(format!(
-                "launch {name} grid {grid:?} block {block:?} smem {smem}: {e:?}"
-            ))
+        .map_err(|source| CudaError::Driver {
+            call: format!("launch {name} grid {grid:?} block {block:?} smem {smem}"),
+            source,
         })?;
         Ok(())
     }
@@ -296,10 +295,7 @@ impl CudaDevice {
                 self.stream.cu_stream(),
             )
         };
-        if r != sys::CUresult::CUDA_SUCCESS {
-            return Err(CudaError::Driver(format!("cuMemsetD8Async: {r:?}")));
-        }
-        Ok(())
+        driver("cuMemsetD8Async", r)
     }
     pub fn upload<T: DeviceRepr>(&self, h: &[T]) -> Result<DBuf<T>> {
         if h.is_empty() {
@@ -318,19 +314,13 @@ impl CudaDevice {
     pub fn copy_d2d(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
         self.ctx.bind_to_thread()?;
         let r = unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.stream.cu_stream()) };
-        if r != sys::CUresult::CUDA_SUCCESS {
-            return Err(CudaError::Driver(format!("cuMemcpyDtoDAsync: {r:?}")));
-        }
-        Ok(())
+        driver("cuMemcpyDtoDAsync", r)
     }
     /// Fill `n` 32-bit words at `ptr` with `word` (weights for timing runs).
     pub fn fill_u32(&self, ptr: u64, word: u32, n: usize) -> Result<()> {
         self.ctx.bind_to_thread()?;
         let r = unsafe { sys::cuMemsetD32Async(ptr, word, n, self.stream.cu_stream()) };
-        if r != sys::CUresult::CUDA_SUCCESS {
-            return Err(CudaError::Driver(format!("cuMemsetD32Async: {r:?}")));
-        }
-        Ok(())
+        driver("cuMemsetD32Async", r)
     }
     /// Strided 2-D device copy: `height` rows of `width_bytes`.
     pub fn copy2d(
@@ -353,10 +343,7 @@ impl CudaDevice {
         c.WidthInBytes = width_bytes;
         c.Height = height;
         let r = unsafe { sys::cuMemcpy2DAsync_v2(&c, self.stream.cu_stream()) };
-        if r != sys::CUresult::CUDA_SUCCESS {
-            return Err(CudaError::Driver(format!("cuMemcpy2DAsync: {r:?}")));
-        }
-        Ok(())
+        driver("cuMemcpy2DAsync", r)
     }
     /// (free, total) device memory in bytes.
     pub fn mem_info(&self) -> Result<(usize, usize)> {
@@ -393,7 +380,9 @@ impl CudaDevice {
         r?;
         match g? {
             Some(graph) => Ok(Graph { graph }),
-            None => Err(CudaError::Driver("stream capture produced no graph".into())),
+            None => Err(CudaError::Internal(
+                "stream capture produced no graph".into(),
+            )),
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::bf16;
 use crate::device::CudaDevice;
+use crate::error::Chain;
 use crate::ops::{self, MlaShape, MoeConfig, MoeScratch, MoeWeights};
 use crate::reference as r;
 use rand_chacha::ChaCha8Rng;
@@ -73,8 +74,9 @@ fn small() -> bool {
     std::env::var("KBENCH_SELFTEST_SMALL").is_ok_and(|v| v == "1")
 }
 
-fn e<E: std::fmt::Display>(x: E) -> String {
-    x.to_string()
+/// A CUDA error as a failed check's message, with its sources.
+fn e(x: crate::CudaError) -> String {
+    Chain(&x).to_string()
 }
 fn check_err(what: &str, err: f64, tol: f64) -> TResult {
     if err <= tol {
@@ -1074,7 +1076,7 @@ fn t_comm(dev: &CudaDevice, rng: &mut Rand) -> TResult {
             }
             msg.push_str("; NCCL single rank ok");
         }
-        Err(err) => msg.push_str(&format!("; NCCL not tested ({err})")),
+        Err(err) => msg.push_str(&format!("; NCCL not tested ({})", Chain(&err))),
     }
     Ok(msg)
 }

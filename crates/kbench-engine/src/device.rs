@@ -45,9 +45,11 @@ impl Device {
                     } else {
                         "no CUDA driver found (libcuda.so)"
                     };
-                    Err(EngineError::Device(format!(
-                        "device cuda:{n}: {why} (found {found} CUDA devices); use device = \"cpu\""
-                    )))
+                    Err(EngineError::DeviceUnavailable {
+                        device: self.to_string(),
+                        why,
+                        found,
+                    })
                 }
             }
         }

@@ -4,13 +4,13 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}")]
     Write {
         path: PathBuf,
         #[source]
@@ -42,8 +42,13 @@ pub enum EngineError {
     Unsupported(String),
     #[error("tokenizer: {0}")]
     Tokenizer(String),
-    #[error("{0}")]
-    Device(String),
+    /// The experiment asks for a device this machine does not have.
+    #[error("device {device}: {why} (found {found} CUDA devices); use device = \"cpu\"")]
+    DeviceUnavailable {
+        device: String,
+        why: &'static str,
+        found: usize,
+    },
     #[error("the CUDA path failed")]
     Cuda(#[source] kbench_cuda::CudaError),
     #[error("invalid argument: {0}")]

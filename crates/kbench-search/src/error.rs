@@ -37,7 +37,7 @@ pub enum SearchError {
     Sim(#[from] kbench_sim::SimError),
     #[error("interrupted after {done} of {total} candidates")]
     Interrupted { done: usize, total: usize },
-    #[error("writing {path}: {source}")]
+    #[error("cannot write {path}")]
     Write {
         path: PathBuf,
         #[source]

@@ -2,6 +2,7 @@
 //! trace read once and each speculative shape's replayed commits shared. Results are
 //! stored by candidate index, so the output is the same bytes on 1 thread or many.
 
+use kbench_core::error_chain::Chain;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -201,7 +202,7 @@ fn run_candidate(
         Err(e @ SimError::TraceReplay { .. }) => {
             return Ok(Outcome::Skipped {
                 rule: RULE_TRACE.into(),
-                message: e.to_string(),
+                message: Chain(&e).to_string(),
             })
         }
         Err(e) => return Err(e.into()),

@@ -1,6 +1,7 @@
 //! The engine worker: a thread that owns the model and runs the [`Batcher`]'s forwards back
 //! to back while requests are running, streaming each request's commits as they happen.
 
+use kbench_core::error_chain::Chain;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
@@ -123,7 +124,7 @@ fn run<M: SpecModel>(mut batcher: Batcher<M>, rx: mpsc::Receiver<Control>, load:
                 }
             }
             Err(e) => {
-                let message = format!("engine forward failed: {e}");
+                let message = format!("engine forward failed: {}", Chain(&e));
                 for id in batcher.clear() {
                     if let Some(client) = clients.remove(&id) {
                         let _ = client.send(Event::Failed(message.clone()));
@@ -164,7 +165,7 @@ fn control<M: SpecModel>(
                     clients.insert(id, events);
                 }
                 Err(e) => {
-                    let _ = events.send(Event::Failed(e.to_string()));
+                    let _ = events.send(Event::Failed(Chain(&e).to_string()));
                 }
             }
         }

@@ -9,7 +9,7 @@ use serde_json::json;
 pub enum ServeError {
     #[error("{0}")]
     Config(String),
-    #[error("{0}: {1}")]
+    #[error("{0}")]
     Io(String, #[source] std::io::Error),
     #[error("loading the model")]
     Engine(#[source] kbench_engine::EngineError),

@@ -4,6 +4,7 @@
 //! divided by `speed`. The simulator never runs a forward that starts after the wall clock's
 //! virtual now, so a later arrival can never change a forward already priced.
 
+use kbench_core::error_chain::Chain;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::{mpsc, Arc};
@@ -113,7 +114,7 @@ fn run(w: Running, rx: mpsc::Receiver<Control>, load: &Load) {
     let mut backend = w.backend;
     let mut session = match backend.start_level(w.max_running) {
         Ok(s) => s,
-        Err(e) => return fail_all_forever(rx, &e.to_string()),
+        Err(e) => return fail_all_forever(rx, &Chain(&e).to_string()),
     };
     session.record_chunks();
     let mut clients: HashMap<u64, Client> = HashMap::new();
@@ -149,7 +150,7 @@ fn run(w: Running, rx: mpsc::Receiver<Control>, load: &Load) {
                 Control::Submit(job) => {
                     // forwards that started before this arrival run without it
                     if let Err(e) = session.advance_to(virtual_now()) {
-                        failed = Some(e.to_string());
+                        failed = Some(Chain(&e).to_string());
                     }
                     let request = Request {
                         id: job.id,
@@ -176,7 +177,7 @@ fn run(w: Running, rx: mpsc::Receiver<Control>, load: &Load) {
                             );
                         }
                         Err(e) => {
-                            let _ = job.events.send(Event::Failed(e.to_string()));
+                            let _ = job.events.send(Event::Failed(Chain(&e).to_string()));
                         }
                     }
                 }
@@ -192,7 +193,7 @@ fn run(w: Running, rx: mpsc::Receiver<Control>, load: &Load) {
             }
         }
         if let Err(e) = session.advance_to(virtual_now()) {
-            failed = Some(e.to_string());
+            failed = Some(Chain(&e).to_string());
         }
         if let Some(message) = failed {
             // the cost model refused a forward: nothing running can be priced any more

@@ -70,7 +70,7 @@ pub enum SimError {
     #[error(transparent)]
     TraceRead(kbench_core::trace::TraceError),
     /// The trace cannot be replayed for the experiment's settings.
-    #[error("{path}: {source}")]
+    #[error("trace {path} cannot be replayed for this experiment")]
     TraceReplay {
         path: PathBuf,
         #[source]

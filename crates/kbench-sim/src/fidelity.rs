@@ -2,6 +2,7 @@
 //! prediction, and the errors summarized per role and metric. The prediction is the
 //! experiment's simulation; the measured value is read only to compute the error.
 
+use kbench_core::error_chain::Chain;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -108,7 +109,7 @@ pub fn run_corpus(corpora: &[LoadedCorpus]) -> FidelityReport {
                     case: case.name.clone(),
                     role: case.role,
                     points: case.points.len(),
-                    error: error_chain(&e),
+                    error: Chain(&e).to_string(),
                 }),
             }
         }
@@ -120,17 +121,6 @@ pub fn run_corpus(corpora: &[LoadedCorpus]) -> FidelityReport {
         engine_profiles,
         summary,
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }
 
 /// The case's own `--set` overrides.

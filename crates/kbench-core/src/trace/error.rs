@@ -5,13 +5,13 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("cannot read trace {path}: {source}")]
+    #[error("cannot read trace {path}")]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot write trace {path}: {source}")]
+    #[error("cannot write trace {path}")]
     Write {
         path: PathBuf,
         #[source]

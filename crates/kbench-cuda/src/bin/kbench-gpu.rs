@@ -5,6 +5,7 @@
 //!   kbench-gpu bench [--quick]
 //!   kbench-gpu stack [--layers 3] [--context 2048] [--batches 1,2,4,8,16,32,64] [--reps 10] [--profile FILE]
 //! Exit status: 0 ok, 1 failures, 2 usage, 3 skipped (no CUDA device: nothing was checked).
+use kbench_cuda::error::Chain;
 use kbench_cuda::{bench, check_kernels, device, selftest, CudaDevice, CudaError};
 use std::process::ExitCode;
 
@@ -22,7 +23,7 @@ fn open_dev() -> Result<CudaDevice, ExitCode> {
         Ok(d) => {
             let t0 = std::time::Instant::now();
             if let Err(e) = d.precompile() {
-                println!("error: kernel compile/load failed: {e}");
+                println!("error: kernel compile/load failed: {}", Chain(&e));
                 return Err(ExitCode::from(1));
             }
             println!(
@@ -39,7 +40,7 @@ fn open_dev() -> Result<CudaDevice, ExitCode> {
             Err(ExitCode::from(SKIPPED))
         }
         Err(e) => {
-            println!("error: {e}");
+            println!("error: {}", Chain(&e));
             Err(ExitCode::from(1))
         }
     }
@@ -143,7 +144,7 @@ fn main() -> ExitCode {
                     }
                     Err(e) => {
                         bad += 1;
-                        println!("{name:<20} FAIL  could not start: {e}");
+                        println!("{name:<20} FAIL  could not start: {}", Chain(&e));
                     }
                 }
             }
@@ -206,7 +207,7 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    println!("bench failed: {e}");
+                    println!("bench failed: {}", Chain(&e));
                     ExitCode::from(1)
                 }
             }
@@ -243,7 +244,7 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    println!("stack failed: {e}");
+                    println!("stack failed: {}", Chain(&e));
                     ExitCode::from(1)
                 }
             }
