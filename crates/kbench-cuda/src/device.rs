@@ -81,8 +81,6 @@ impl<T> From<&DBuf<T>> for Arg {
         Arg::Ptr(b.ptr())
     }
 }
-/// A null pointer argument.
-pub const NULL: Arg = Arg::Ptr(0);
 
 /// A CUDA device with one stream. All work is ordered on that stream.
 pub struct CudaDevice {

@@ -34,6 +34,7 @@ pub mod reference;
 pub mod selftest;
 
 pub use blas::Blas;
+pub use cudarc::driver::DeviceRepr;
 pub use device::{CudaDevice, DBuf};
 pub use error::{CudaError, Result};
 pub use linear::Linear;

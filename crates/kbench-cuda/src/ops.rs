@@ -2,7 +2,7 @@
 //! so callers can pass sub-ranges; every wrapper checks sizes, alignment and launch limits.
 //! Layout conventions are documented in each kernel file's header comment.
 
-use crate::device::{Arg, CudaDevice, NULL};
+use crate::device::{Arg, CudaDevice};
 use crate::error::{CudaError, Result};
 use crate::kernels as k;
 
@@ -836,6 +836,3 @@ pub fn sample(
         ],
     )
 }
-
-#[allow(dead_code)]
-const _NULL: Arg = NULL;

@@ -81,18 +81,6 @@ __device__ __forceinline__ float int4_row_dot(const u32* wq, const u16* sc, int 
     return warp_sum(s);
 }
 
-extern "C" __global__ void lin_int4(const float* x, int ldx, const u32* wq, const u16* sc, int group, float* y, int ldy,
-                                    int M, int N, int K, int accum) {
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int n = blockIdx.x * 4 + warp, m = blockIdx.y;
-    if (n >= N || m >= M) return;
-    float s = int4_row_dot(wq + (size_t)n * (K / 8), sc + (size_t)n * (K / group), group, x + (size_t)m * ldx, K, lane);
-    if (lane == 0) {
-        float* o = y + (size_t)m * ldy + n;
-        *o = accum ? *o + s : s;
-    }
-}
-
 // Routed experts: pair p (token p / xdiv, slot p % k) runs expert ids[p] - e0 of this rank's
 // stacked weights (eloc experts of [N, K]); pairs of other ranks' experts give 0.
 extern "C" __global__ void moe_lin(const float* x, int ldx, int xdiv, const int* ids, int e0, int eloc, int is_int4,

@@ -11,7 +11,7 @@ use kbench_core::arch::{DraftArch, ModelArch};
 use kbench_cuda::comm::{self, TpComm};
 use kbench_cuda::device::GraphCache;
 use kbench_cuda::ops::{self as kops, MoeConfig, MoeScratch, MoeWeights};
-use kbench_cuda::{Blas, CudaDevice, DBuf};
+use kbench_cuda::{Blas, CudaDevice, DBuf, DeviceRepr};
 
 use super::ops::{self, AttnGeom, KvSrc, Route};
 use super::weights::{self, DFfn, DLin, DMlp, DraftWeights, ExpertW, RankWeights, DQ};
@@ -264,49 +264,46 @@ pub struct CudaModel {
     pub eager_launches: usize,
 }
 
-macro_rules! host_io {
-    ($wr:ident, $rd:ident, $t:ty) => {
-        /// Writes `data` into `dst` at element `off` (stream-ordered).
-        #[allow(dead_code)]
-        fn $wr(dev: &CudaDevice, dst: &DBuf<$t>, off: usize, data: &[$t]) -> Result<()> {
-            if data.is_empty() {
-                return Ok(());
-            }
-            if off + data.len() > dst.len() {
-                return Err(EngineError::Invalid(format!(
-                    "device write of {} at {off} overflows a buffer of {}",
-                    data.len(),
-                    dst.len()
-                )));
-            }
-            let t = dev.upload(data).map_err(EngineError::Cuda)?;
-            dev.copy_d2d(dst.ptr_at(off), t.ptr(), std::mem::size_of_val(data))
-                .map_err(EngineError::Cuda)
-        }
-        /// Reads `n` elements of `src` from element `off` (synchronises the stream).
-        #[allow(dead_code)]
-        fn $rd(dev: &CudaDevice, src: &DBuf<$t>, off: usize, n: usize) -> Result<Vec<$t>> {
-            if n == 0 {
-                return Ok(Vec::new());
-            }
-            if off + n > src.len() {
-                return Err(EngineError::Invalid(format!(
-                    "device read of {n} at {off} overflows a buffer of {}",
-                    src.len()
-                )));
-            }
-            let t = dev.alloc::<$t>(n).map_err(EngineError::Cuda)?;
-            dev.copy_d2d(t.ptr(), src.ptr_at(off), n * std::mem::size_of::<$t>())
-                .map_err(EngineError::Cuda)?;
-            let mut v = dev.download(&t).map_err(EngineError::Cuda)?;
-            v.truncate(n);
-            Ok(v)
-        }
-    };
+/// Writes `data` into `dst` at element `off` (stream-ordered).
+fn write_at<T: DeviceRepr>(dev: &CudaDevice, dst: &DBuf<T>, off: usize, data: &[T]) -> Result<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    if off + data.len() > dst.len() {
+        return Err(EngineError::Invalid(format!(
+            "device write of {} at {off} overflows a buffer of {}",
+            data.len(),
+            dst.len()
+        )));
+    }
+    let t = dev.upload(data).map_err(EngineError::Cuda)?;
+    dev.copy_d2d(dst.ptr_at(off), t.ptr(), std::mem::size_of_val(data))
+        .map_err(EngineError::Cuda)
 }
-host_io!(wr_f32, rd_f32, f32);
-host_io!(wr_i32, rd_i32, i32);
-host_io!(wr_u64, rd_u64, u64);
+
+/// Reads `n` elements of `src` from element `off` (synchronises the stream).
+fn read_at<T: DeviceRepr + Default + Clone>(
+    dev: &CudaDevice,
+    src: &DBuf<T>,
+    off: usize,
+    n: usize,
+) -> Result<Vec<T>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if off + n > src.len() {
+        return Err(EngineError::Invalid(format!(
+            "device read of {n} at {off} overflows a buffer of {}",
+            src.len()
+        )));
+    }
+    let t = dev.alloc::<T>(n).map_err(EngineError::Cuda)?;
+    dev.copy_d2d(t.ptr(), src.ptr_at(off), n * std::mem::size_of::<T>())
+        .map_err(EngineError::Cuda)?;
+    let mut v = dev.download(&t).map_err(EngineError::Cuda)?;
+    v.truncate(n);
+    Ok(v)
+}
 
 fn zeros_f32(dev: &CudaDevice, n: usize) -> Result<DBuf<f32>> {
     let b = dev.alloc::<f32>(n.max(1)).map_err(EngineError::Cuda)?;
@@ -863,13 +860,13 @@ impl CudaModel {
         let gather = graph_t.is_none() && !all_logits;
         for r in &self.ranks {
             let d = &r.dev;
-            wr_i32(d, &r.b.ids, 0, &ids)?;
-            wr_i32(d, &r.b.meta, 0, &meta)?;
-            wr_u64(d, &r.b.mask, 0, &mask)?;
-            wr_f32(d, &r.b.cos, 0, &cos)?;
-            wr_f32(d, &r.b.sin, 0, &sin)?;
+            write_at(d, &r.b.ids, 0, &ids)?;
+            write_at(d, &r.b.meta, 0, &meta)?;
+            write_at(d, &r.b.mask, 0, &mask)?;
+            write_at(d, &r.b.cos, 0, &cos)?;
+            write_at(d, &r.b.sin, 0, &sin)?;
             if gather {
-                wr_i32(d, &r.b.rows, 0, &rows)?;
+                write_at(d, &r.b.rows, 0, &rows)?;
             }
         }
         // --- device work ---
@@ -913,7 +910,7 @@ impl CudaModel {
         let mut logits_all = vec![0f32; nrows * g.vocab];
         for r in &self.ranks {
             let vl = r.w.lm_head.out;
-            let part = rd_f32(&r.dev, &r.b.logits, 0, nrows * vl)?;
+            let part = read_at(&r.dev, &r.b.logits, 0, nrows * vl)?;
             for row in 0..nrows {
                 logits_all[row * g.vocab + r.w.v0..row * g.vocab + r.w.v0 + vl]
                     .copy_from_slice(&part[row * vl..(row + 1) * vl]);
@@ -921,7 +918,7 @@ impl CudaModel {
         }
         let ncap = g.capture.len() * g.h;
         let r0 = &self.ranks[0];
-        let cap = rd_f32(&r0.dev, &r0.b.cap, 0, total * ncap)?;
+        let cap = read_at(&r0.dev, &r0.b.cap, 0, total * ncap)?;
         let mut out = Vec::with_capacity(segs.len());
         let mut row_cursor = 0;
         for (si, s) in segs.iter().enumerate() {
@@ -942,7 +939,7 @@ impl CudaModel {
             let kv = if want_kv {
                 let mut v = Vec::with_capacity(g.layers);
                 for l in 0..g.layers {
-                    v.push(rd_f32(
+                    v.push(read_at(
                         &r0.dev,
                         &r0.b.kvnew,
                         (l * g.max_tokens + o) * g.width(),
@@ -1001,7 +998,7 @@ impl CudaModel {
         let r = &self.ranks[0];
         (0..g.layers)
             .map(|l| {
-                rd_f32(
+                read_at(
                     &r.dev,
                     &r.cache,
                     ((l * g.max_batch + slot) * g.max_ctx) * g.width(),
@@ -1103,16 +1100,16 @@ impl CudaModel {
                 "too many draft extras in one pass".into(),
             ));
         }
-        wr_i32(dev, &dd.ids, 0, &ids)?;
-        wr_i32(dev, &dd.meta, 0, &meta)?;
-        wr_i32(dev, &dd.extras, 0, &extras)?;
-        wr_f32(dev, &dd.cos, 0, &cos)?;
-        wr_f32(dev, &dd.sin, 0, &sin)?;
+        write_at(dev, &dd.ids, 0, &ids)?;
+        write_at(dev, &dd.meta, 0, &meta)?;
+        write_at(dev, &dd.extras, 0, &extras)?;
+        write_at(dev, &dd.cos, 0, &cos)?;
+        write_at(dev, &dd.sin, 0, &sin)?;
         // hidden input: fc over captured states (3h) or the draft's own (h)
         for (s, &o) in segs.iter().zip(&offs) {
             let n = s.tokens.len();
             if s.hidden_in.len() == n * ncap * h {
-                wr_f32(dev, &dd.hin3, o * ncap * h, &s.hidden_in)?;
+                write_at(dev, &dd.hin3, o * ncap * h, &s.hidden_in)?;
                 dd.w.fc.run(
                     dev,
                     dd.hin3.ptr_at(o * ncap * h),
@@ -1123,7 +1120,7 @@ impl CudaModel {
                     false,
                 )?;
             } else if s.hidden_in.len() == n * h {
-                wr_f32(dev, &dd.hid, o * h, &s.hidden_in)?;
+                write_at(dev, &dd.hid, o * h, &s.hidden_in)?;
             } else {
                 return Err(EngineError::Invalid(format!(
                     "draft hidden input has {} values for {n} tokens (expected {}x{h} or {}x{h})",
@@ -1284,8 +1281,8 @@ impl CudaModel {
         ))?;
         dd.w.lm_head
             .run(dev, dd.normed.ptr(), h, dd.logits.ptr(), dg.dv, t, false)?;
-        let logits = rd_f32(dev, &dd.logits, 0, t * dg.dv)?;
-        let aux = rd_f32(dev, &dd.res, 0, t * h)?;
+        let logits = read_at(dev, &dd.logits, 0, t * dg.dv)?;
+        let aux = read_at(dev, &dd.res, 0, t * h)?;
         Ok(segs
             .iter()
             .zip(&offs)

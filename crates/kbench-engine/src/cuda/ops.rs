@@ -87,47 +87,6 @@ pub fn lin_bf16(
     Ok(())
 }
 
-/// The same over INT4 group-quantised `wq` [N, K/8] with BF16 scales [N, K/group].
-#[allow(clippy::too_many_arguments)]
-pub fn lin_int4(
-    dev: &CudaDevice,
-    x: u64,
-    ldx: usize,
-    wq: u64,
-    sc: u64,
-    group: usize,
-    y: u64,
-    ldy: usize,
-    m: usize,
-    n: usize,
-    k: usize,
-    accum: bool,
-) -> R {
-    for m0 in (0..m).step_by(MAX_ROWS) {
-        let mm = (m - m0).min(MAX_ROWS);
-        launch(
-            dev,
-            "lin_int4",
-            (cdiv(n, 4), mm, 1),
-            128,
-            &[
-                p(x + (m0 * ldx * 4) as u64),
-                i(ldx),
-                p(wq),
-                p(sc),
-                i(group),
-                p(y + (m0 * ldy * 4) as u64),
-                i(ldy),
-                i(mm),
-                i(n),
-                i(k),
-                i(accum as usize),
-            ],
-        )?;
-    }
-    Ok(())
-}
-
 /// Routed-expert linear over (token, slot) pairs; see `moe_lin` in the kernel file.
 #[allow(clippy::too_many_arguments)]
 pub fn moe_lin(

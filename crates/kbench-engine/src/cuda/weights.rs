@@ -15,22 +15,12 @@ use crate::names::{self, draft, FfnNames, Int4, LayerNames, Proj, TargetNames};
 use crate::shapes::{self, DraftShapes, FfnShape, Matrix, TargetShapes};
 use crate::st::WeightStore;
 
-/// One linear layer on the device, `[out, inp]` row-major. (Dense linears are BF16 in the
-/// real checkpoints; `Int4` is there for INT4 dense / shared-expert variants.)
-#[allow(dead_code)]
-pub(crate) enum DW {
-    Bf16(DBuf<u16>),
-    Int4 {
-        q: DBuf<u32>,
-        s: DBuf<u16>,
-        group: usize,
-    },
-}
-
+/// One linear layer on the device: BF16 `[out, inp]` row-major, as every linear but the
+/// routed experts is in the real checkpoints (the experts are stacked in [`Experts`]).
 pub(crate) struct DLin {
     pub out: usize,
     pub inp: usize,
-    pub w: DW,
+    pub w: DBuf<u16>,
 }
 
 impl DLin {
@@ -46,25 +36,18 @@ impl DLin {
         m: usize,
         accum: bool,
     ) -> Result<()> {
-        match &self.w {
-            DW::Bf16(w) => {
-                ops::lin_bf16(dev, x, ldx, w.ptr(), y, ldy, m, self.out, self.inp, accum)
-            }
-            DW::Int4 { q, s, group } => ops::lin_int4(
-                dev,
-                x,
-                ldx,
-                q.ptr(),
-                s.ptr(),
-                *group,
-                y,
-                ldy,
-                m,
-                self.out,
-                self.inp,
-                accum,
-            ),
-        }
+        ops::lin_bf16(
+            dev,
+            x,
+            ldx,
+            self.w.ptr(),
+            y,
+            ldy,
+            m,
+            self.out,
+            self.inp,
+            accum,
+        )
         .map_err(EngineError::Cuda)
     }
 
@@ -84,14 +67,13 @@ impl DLin {
         blas: Option<&kbench_cuda::Blas>,
         ws: kbench_cuda::ops::Workspace,
     ) -> Result<()> {
-        use kbench_cuda::ops as kops;
-        match &self.w {
-            DW::Bf16(w) => kbench_cuda::Linear::pick(blas, ws).run(
+        kbench_cuda::Linear::pick(blas, ws)
+            .run(
                 dev,
                 x,
                 ldx,
                 0,
-                w.ptr(),
+                self.w.ptr(),
                 self.inp,
                 0,
                 y,
@@ -102,29 +84,8 @@ impl DLin {
                 self.out,
                 self.inp,
                 1,
-            ),
-            // the tuned INT4 matmul dequantises 32-column groups only
-            DW::Int4 { q, s, group: 32 } => kops::int4_matmul(
-                dev,
-                x,
-                ldx,
-                q.ptr(),
-                s.ptr(),
-                y,
-                ldy,
-                y_f32,
-                m,
-                self.out,
-                self.inp,
-                ws,
-            ),
-            DW::Int4 { group, .. } => {
-                return Err(EngineError::Unsupported(format!(
-                    "tuned int4_matmul takes group 32, not {group}"
-                )))
-            }
-        }
-        .map_err(EngineError::Cuda)
+            )
+            .map_err(EngineError::Cuda)
     }
 }
 
@@ -279,7 +240,7 @@ fn lin_slice(
     Ok(DLin {
         out: nr,
         inp: nc,
-        w: DW::Bf16(up16(dev, &v)?),
+        w: up16(dev, &v)?,
     })
 }
 
@@ -554,7 +515,7 @@ pub(crate) fn load_rank(
         DLin {
             out: vl,
             inp: h,
-            w: DW::Bf16(up16(dev, &rows(embed_w.as_slice(), h, v0, vl))?),
+            w: up16(dev, &rows(embed_w.as_slice(), h, v0, vl))?,
         }
     } else {
         lin_slice(dev, ws, &names.lm_head(), s.lm_head(), v0, vl, 0, h)?
