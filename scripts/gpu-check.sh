@@ -26,7 +26,7 @@ if [[ "${1:-}" == "--bundle" ]]; then
     export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
     B="$ROOT/target/gpu-bundle"
     mkdir -p "$B"
-    cargo build --release -p kbench-cuda --bins
+    cargo build --release -p kbench-cuda --features gpu-check --bins
     cargo build --release --bin kbench
     cp "$CARGO_TARGET_DIR/release/kbench-gpu" "$B/kbench-gpu"
     cp "$CARGO_TARGET_DIR/release/kbench" "$B/kbench"
@@ -173,7 +173,7 @@ elif command -v cargo >/dev/null; then
     export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
     off=""
     [[ -d "$HOME/.cargo/registry/cache" ]] || off=""
-    run_stage build 300 120 "$LOG" bash -c 'cargo build --release -p kbench-cuda --bins && cargo build --release --bin kbench'
+    run_stage build 300 120 "$LOG" bash -c 'cargo build --release -p kbench-cuda --features gpu-check --bins && cargo build --release --bin kbench'
     [[ -x "$CARGO_TARGET_DIR/release/kbench-gpu" ]] && KB="$CARGO_TARGET_DIR/release/kbench-gpu"
     if [[ -z "${KBENCH_SKIP_CRITERION:-}" ]]; then
         run_stage build-bench 120 100 "$LOG" cargo bench -p kbench-cuda --bench kernels --no-run

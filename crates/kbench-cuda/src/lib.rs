@@ -21,6 +21,7 @@
     clippy::type_complexity
 )]
 
+#[cfg(feature = "gpu-check")]
 pub mod bench;
 pub mod blas;
 pub mod comm;
@@ -31,6 +32,7 @@ pub mod linear;
 pub mod nvrtc;
 pub mod ops;
 pub mod reference;
+#[cfg(feature = "gpu-check")]
 pub mod selftest;
 
 pub use blas::Blas;
