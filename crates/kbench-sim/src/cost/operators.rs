@@ -1,0 +1,445 @@
+//! The operators of each pass kind, priced one by one into the breakdown: EAGLE-3's draft
+//! layer, and the target's embedding, attention block (MLA or MHA), feed-forward (dense
+//! layers, then routed and shared experts) and logits head. Each block is priced once per
+//! layer kind and multiplied by its layer count.
+
+use kbench_core::arch::ArchFamily;
+
+use super::{Acc, CostModel, PassKind};
+use crate::error::SimError;
+use crate::pricer::{MoeShape, Pricer, Source};
+
+/// What every operator of one pass is priced for.
+#[derive(Clone, Copy)]
+struct Pass<'a> {
+    kind: PassKind,
+    /// Query tokens, at least one.
+    t: u32,
+    requests: u32,
+    prefill: bool,
+    /// Prompt tokens per request (prefill).
+    isl: f64,
+    /// Rows that need logits: every token of decode/verify/draft-decode; the last token
+    /// per request for prefill and draft extend (SGLang captures only the last hidden).
+    logit_rows: u32,
+    /// Names the pass where an op-table lookup fails.
+    why: &'a str,
+}
+
+impl CostModel {
+    /// The operator list of one pass. For prefill `ctx` is ignored (the prompt is the context).
+    pub(super) fn build(
+        &self,
+        kind: PassKind,
+        tokens: u32,
+        requests: u32,
+        ctx: f64,
+        acc: &mut Acc,
+    ) -> Result<(), SimError> {
+        let why = format!("{kind:?} {tokens} tokens / {requests} requests");
+        let pass = Pass {
+            kind,
+            t: tokens.max(1),
+            requests,
+            prefill: kind.is_prefill(),
+            isl: tokens as f64 / requests.max(1) as f64,
+            logit_rows: match kind {
+                PassKind::TargetPrefill | PassKind::DraftPrefill | PassKind::DraftExtend => {
+                    requests
+                }
+                _ => tokens,
+            },
+            why: &why,
+        };
+        if kind.is_draft() {
+            self.draft_layer(pass, ctx, acc)
+        } else {
+            self.target_layers(pass, ctx, acc)
+        }
+    }
+
+    /// EAGLE-3's draft: one decoder layer over the embedding and the fused hidden state,
+    /// then its own logits head.
+    fn draft_layer(&self, pass: Pass, ctx: f64, acc: &mut Acc) -> Result<(), SimError> {
+        let p = self.pricer();
+        let tp = self.tp;
+        let Pass {
+            kind,
+            t,
+            requests,
+            prefill,
+            isl,
+            logit_rows,
+            why,
+        } = pass;
+        let d = self
+            .draft
+            .as_ref()
+            .ok_or_else(|| SimError::Model("a draft pass needs a draft architecture".into()))?;
+        let h = d.hidden_size;
+        let heads = d.num_heads / tp.min(d.num_heads).max(1);
+        let kv = (d.num_kv_heads / tp).max(1);
+        let hd = d.head_dim;
+        let act_bytes = t as f64 * h as f64 * 2.0 * 2.0;
+        acc.add(
+            "embedding",
+            1.0,
+            (p.elementwise(act_bytes), Source::Roofline),
+            1,
+        );
+        acc.add(
+            "all_reduce",
+            1.0,
+            self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
+            1,
+        );
+        if kind != PassKind::DraftDecode {
+            // fc over the three captured target hidden states (3h -> h), replicated.
+            acc.add("draft.fc", 1.0, p.gemm(t, h, 3 * h, why)?, 1);
+        }
+        acc.add(
+            "norms",
+            3.0,
+            (p.elementwise(act_bytes), Source::Roofline),
+            1,
+        );
+        acc.add(
+            "draft.qkv_proj",
+            1.0,
+            p.gemm(t, (heads + 2 * kv) * hd, 2 * h, why)?,
+            1,
+        );
+        acc.add("rope", 1.0, (p.elementwise(act_bytes), Source::Roofline), 1);
+        let attn = if prefill {
+            self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?)
+        } else {
+            self.attention_kernel(p.mha_decode(heads, kv, hd, t, ctx, why)?)
+        };
+        acc.attn_us += attn.0;
+        acc.add("attention", 1.0, attn, 1);
+        acc.add("draft.o_proj", 1.0, p.gemm(t, h, heads * hd, why)?, 1);
+        acc.add(
+            "all_reduce",
+            1.0,
+            self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
+            1,
+        );
+        let inter = d.intermediate_size / tp;
+        acc.add("draft.mlp", 1.0, p.gemm(t, 2 * inter, h, why)?, 1);
+        acc.add(
+            "activation",
+            1.0,
+            (
+                p.elementwise(t as f64 * inter as f64 * 6.0),
+                Source::Roofline,
+            ),
+            1,
+        );
+        acc.add("draft.mlp", 1.0, p.gemm(t, h, inter, why)?, 1);
+        acc.add(
+            "all_reduce",
+            1.0,
+            self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
+            1,
+        );
+        add_logits_head(acc, &p, logit_rows, d.draft_vocab_size, h, tp, why)?;
+        Ok(())
+    }
+
+    fn target_layers(&self, pass: Pass, ctx: f64, acc: &mut Acc) -> Result<(), SimError> {
+        let p = self.pricer();
+        let tp = self.tp;
+        let Pass {
+            t, logit_rows, why, ..
+        } = pass;
+        let m = &self.model;
+        let h = m.hidden_size;
+        let act_bytes = t as f64 * h as f64 * 2.0 * 2.0;
+        acc.add(
+            "embedding",
+            1.0,
+            (p.elementwise(act_bytes), Source::Roofline),
+            1,
+        );
+        acc.add(
+            "all_reduce",
+            1.0,
+            self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
+            1,
+        );
+        let layers = m.num_layers as f64;
+        self.attention_block(pass, ctx, acc)?;
+        acc.add(
+            "all_reduce",
+            layers,
+            self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
+            1,
+        );
+        self.feed_forward(pass, acc)?;
+        acc.add(
+            "all_reduce",
+            layers,
+            self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
+            1,
+        );
+        acc.add(
+            "norms",
+            1.0,
+            (p.elementwise(act_bytes), Source::Roofline),
+            1,
+        );
+        add_logits_head(acc, &p, logit_rows, m.vocab_size, h, tp, why)?;
+        Ok(())
+    }
+
+    /// The attention block, identical in every layer: norms, projections, RoPE, attention
+    /// (MLA absorbed for decode and verify, up-projected for prefill; or MHA), o_proj.
+    fn attention_block(&self, pass: Pass, ctx: f64, acc: &mut Acc) -> Result<(), SimError> {
+        let p = self.pricer();
+        let tp = self.tp;
+        let Pass {
+            t,
+            requests,
+            prefill,
+            isl,
+            why,
+            ..
+        } = pass;
+        let m = &self.model;
+        let h = m.hidden_size;
+        let act_bytes = t as f64 * h as f64 * 2.0 * 2.0;
+        let layers = m.num_layers as f64;
+        let heads = m.num_heads / tp;
+        acc.add(
+            "norms",
+            2.0 * layers,
+            (p.elementwise(act_bytes), Source::Roofline),
+            1,
+        );
+        match (&m.family, &m.mla) {
+            (ArchFamily::MlaMoe, Some(mla)) => {
+                let qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+                let latent = mla.kv_lora_rank + mla.qk_rope_head_dim;
+                match mla.q_lora_rank {
+                    Some(q) => {
+                        // Fused q_a + kv_a projection, replicated on every rank (SGLang).
+                        acc.add("attn.qkv_a_proj", layers, p.gemm(t, q + latent, h, why)?, 1);
+                        acc.add(
+                            "norms",
+                            2.0 * layers,
+                            (
+                                p.elementwise(t as f64 * (q + latent) as f64 * 4.0),
+                                Source::Roofline,
+                            ),
+                            1,
+                        );
+                        acc.add("attn.q_b_proj", layers, p.gemm(t, heads * qk, q, why)?, 1);
+                    }
+                    None => {
+                        acc.add(
+                            "attn.qkv_a_proj",
+                            layers,
+                            p.gemm(t, heads * qk + latent, h, why)?,
+                            1,
+                        );
+                        acc.add(
+                            "norms",
+                            layers,
+                            (p.elementwise(act_bytes), Source::Roofline),
+                            1,
+                        );
+                    }
+                }
+                acc.add(
+                    "rope",
+                    layers,
+                    (
+                        p.elementwise(t as f64 * heads as f64 * qk as f64 * 4.0),
+                        Source::Roofline,
+                    ),
+                    1,
+                );
+                if prefill {
+                    // Prefill runs the non-absorbed path: kv_b_proj up-projects the latent.
+                    let kvb_n = heads * (mla.qk_nope_head_dim + mla.v_head_dim);
+                    acc.add(
+                        "attn.kv_b_proj",
+                        layers,
+                        p.gemm(t, kvb_n, mla.kv_lora_rank, why)?,
+                        1,
+                    );
+                    let attn = self.attention_kernel(p.mla_prefill(heads, requests, isl, qk, why)?);
+                    acc.add("attention", layers, attn, 1);
+                } else {
+                    acc.add(
+                        "attn.bmm_absorb",
+                        layers,
+                        p.mla_bmm(true, t, heads, mla.kv_lora_rank, mla.qk_nope_head_dim, why)?,
+                        1,
+                    );
+                    // Verify and draft-extend rows are priced as decode queries against the
+                    // request's cache (the triton kernels walk the prefix per query block).
+                    let attn = self.attention_kernel(p.mla_decode(heads, t, ctx, latent, why)?);
+                    acc.attn_us += attn.0 * layers;
+                    acc.add("attention", layers, attn, 1);
+                    acc.add(
+                        "attn.bmm_absorb",
+                        layers,
+                        p.mla_bmm(false, t, heads, mla.kv_lora_rank, mla.v_head_dim, why)?,
+                        1,
+                    );
+                }
+                acc.add(
+                    "attn.o_proj",
+                    layers,
+                    p.gemm(t, h, heads * mla.v_head_dim, why)?,
+                    1,
+                );
+            }
+            _ => {
+                let kv = (m.num_kv_heads / tp).max(1);
+                let hd = m.head_dim;
+                acc.add(
+                    "attn.qkv_proj",
+                    layers,
+                    p.gemm(t, (heads + 2 * kv) * hd, h, why)?,
+                    1,
+                );
+                acc.add(
+                    "rope",
+                    layers,
+                    (p.elementwise(act_bytes), Source::Roofline),
+                    1,
+                );
+                let attn = if prefill {
+                    self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?)
+                } else {
+                    self.attention_kernel(p.mha_decode(heads, kv, hd, t, ctx, why)?)
+                };
+                if !prefill {
+                    acc.attn_us += attn.0 * layers;
+                }
+                acc.add("attention", layers, attn, 1);
+                acc.add("attn.o_proj", layers, p.gemm(t, h, heads * hd, why)?, 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// The feed-forward: dense layers, then MoE layers (router, top-k, routed experts, shared
+    /// experts).
+    fn feed_forward(&self, pass: Pass, acc: &mut Acc) -> Result<(), SimError> {
+        let p = self.pricer();
+        let tp = self.tp;
+        let Pass {
+            t, prefill, why, ..
+        } = pass;
+        let m = &self.model;
+        let h = m.hidden_size;
+        let moe_layers = m.num_moe_layers() as f64;
+        let dense_layers = m.num_layers as f64 - moe_layers;
+        if dense_layers > 0.0 {
+            let inter = m.intermediate_size / tp;
+            acc.add("mlp.dense", dense_layers, p.gemm(t, 2 * inter, h, why)?, 1);
+            acc.add(
+                "activation",
+                dense_layers,
+                (
+                    p.elementwise(t as f64 * inter as f64 * 6.0),
+                    Source::Roofline,
+                ),
+                1,
+            );
+            acc.add("mlp.dense", dense_layers, p.gemm(t, h, inter, why)?, 1);
+        }
+        if let Some(moe) = &m.moe {
+            if moe_layers > 0.0 {
+                acc.add(
+                    "moe.router",
+                    moe_layers,
+                    p.gemm(t, moe.n_routed_experts, h, why)?,
+                    1,
+                );
+                acc.add(
+                    "moe.topk",
+                    moe_layers,
+                    (
+                        p.elementwise(t as f64 * moe.n_routed_experts as f64 * 8.0),
+                        Source::Roofline,
+                    ),
+                    2,
+                );
+                let bpw = m
+                    .quant
+                    .as_ref()
+                    .map(|q| q.bytes_per_weight())
+                    .unwrap_or(2.0);
+                // Marlin MoE: align/sort, gate_up, activation, down, weighted sum.
+                acc.add(
+                    "moe.routed_experts",
+                    moe_layers,
+                    self.moe_kernel(
+                        prefill,
+                        p.moe(
+                            t,
+                            MoeShape {
+                                experts: moe.n_routed_experts,
+                                top_k: moe.num_experts_per_tok,
+                                hidden: h,
+                                inter: moe.moe_intermediate_size,
+                                bytes_per_weight: bpw,
+                            },
+                            why,
+                        )?,
+                    ),
+                    5,
+                );
+                if moe.n_shared_experts > 0 {
+                    let si = (moe.n_shared_experts * moe.moe_intermediate_size) / tp;
+                    acc.add(
+                        "moe.shared_expert",
+                        moe_layers,
+                        p.gemm(t, 2 * si, h, why)?,
+                        1,
+                    );
+                    acc.add(
+                        "activation",
+                        moe_layers,
+                        (p.elementwise(t as f64 * si as f64 * 6.0), Source::Roofline),
+                        1,
+                    );
+                    acc.add("moe.shared_expert", moe_layers, p.gemm(t, h, si, why)?, 1);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// lm_head over a vocabulary sharded across TP, the logits all-gather and sampling / top-k:
+/// priced alike for the target and the draft head.
+fn add_logits_head(
+    acc: &mut Acc,
+    p: &Pricer,
+    rows: u32,
+    vocab: u32,
+    hidden: u32,
+    tp: u32,
+    why: &str,
+) -> Result<(), SimError> {
+    acc.add(
+        "lm_head",
+        1.0,
+        p.gemm(rows, vocab.div_ceil(tp), hidden, why)?,
+        1,
+    );
+    let logits = rows as f64 * vocab as f64;
+    acc.add("logits_all_gather", 1.0, p.all_gather(logits, why)?, 1);
+    acc.add(
+        "sampling",
+        1.0,
+        (p.elementwise(logits * 4.0), Source::Roofline),
+        2,
+    );
+    Ok(())
+}
