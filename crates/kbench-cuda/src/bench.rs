@@ -8,11 +8,11 @@
 use crate::bf16;
 use crate::blas::Blas;
 use crate::device::{CudaDevice, DBuf};
-use crate::error::Chain;
 use crate::error::Result;
 use crate::linear::Linear;
 use crate::ops::{self, MlaShape, MoeConfig, MoeScratch, MoeWeights};
 use crate::selftest::Rand;
+use kbench_core::error_chain::Chain;
 use std::fmt::Write as _;
 
 /// One timed case.

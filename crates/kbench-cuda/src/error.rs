@@ -48,8 +48,6 @@ pub enum CudaError {
 
 pub type Result<T> = std::result::Result<T, CudaError>;
 
-pub use kbench_core::error_chain::Chain;
-
 /// A driver call's status as a `Result` naming the call.
 pub(crate) fn driver(call: impl Into<String>, status: cudarc::driver::sys::CUresult) -> Result<()> {
     status.result().map_err(|source| CudaError::Driver {

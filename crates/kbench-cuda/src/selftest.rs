@@ -4,9 +4,9 @@
 
 use crate::bf16;
 use crate::device::CudaDevice;
-use crate::error::Chain;
 use crate::ops::{self, MlaShape, MoeConfig, MoeScratch, MoeWeights};
 use crate::reference as r;
+use kbench_core::error_chain::Chain;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::model::Model;
 use crate::session::{EngineSession, Serving, NAME};
 use crate::settings::EngineSettings;
-use crate::spec::SpecSettings;
+use crate::speculative::SpecSettings;
 
 pub struct EngineBackend {
     model: Model,

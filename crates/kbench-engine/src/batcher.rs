@@ -12,7 +12,7 @@ use kbench_core::verify::SamplingParams;
 
 use crate::error::{EngineError, Result};
 use crate::passes::SpecModel;
-use crate::spec::{decode_step, prefill, seq_rng, spec_round, Seq, SpecSettings};
+use crate::speculative::{decode_step, prefill, seq_rng, spec_round, Seq, SpecSettings};
 
 /// How one request is decoded.
 #[derive(Debug, Clone, PartialEq)]

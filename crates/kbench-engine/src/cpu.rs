@@ -7,7 +7,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::draft::{Draft, DraftCache, DraftKv, DraftSegment};
 use crate::error::{EngineError, Result};
 use crate::passes::{DraftOut, DraftSeg, SpecModel, TargetOut, TargetSeg};
-use crate::spec::Seq;
+use crate::speculative::Seq;
 use crate::target::{Attend, KvCache, Segment, Target};
 
 /// Target and (optional) draft.

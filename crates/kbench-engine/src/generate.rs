@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::device::Device;
 use crate::error::{EngineError, Result};
 use crate::model::Model;
-use crate::spec::{self, Sequence, SpecSettings};
+use crate::speculative::{self, Sequence, SpecSettings};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct GenerateOptions {
@@ -100,7 +100,7 @@ pub fn generate_with(model: &Model, opts: &GenerateOptions) -> Result<GenerateRe
     })
 }
 
-/// Runs a fixed batch of prompts to completion on the CPU (`spec::run_batch`). Returns the
+/// Runs a fixed batch of prompts to completion on the CPU (`speculative::run_batch`). Returns the
 /// finished sequences in input order.
 pub fn run_batch(
     model: &Model,
@@ -110,7 +110,7 @@ pub fn run_batch(
     seed: u64,
     spec: Option<&SpecSettings>,
 ) -> Result<Vec<Sequence>> {
-    spec::run_batch(
+    speculative::run_batch(
         &mut model.models(),
         prompts,
         max_new,

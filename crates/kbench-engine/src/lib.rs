@@ -10,25 +10,25 @@
 // Kernels index several arrays with one loop variable on purpose.
 #![allow(clippy::needless_range_loop)]
 
-pub mod backend;
+mod backend;
 pub mod batcher;
-pub mod cpu;
+mod cpu;
 pub mod cuda;
-pub mod device;
-pub mod draft;
-pub mod error;
+mod device;
+mod draft;
+mod error;
 pub mod generate;
 pub mod init;
 pub mod linalg;
 pub mod model;
-pub mod names;
+mod names;
 mod open;
 pub mod passes;
-pub mod rope;
+mod rope;
 mod session;
-pub mod settings;
-pub mod shapes;
-pub mod spec;
+mod settings;
+mod shapes;
+pub mod speculative;
 pub mod st;
 pub mod target;
 pub mod trace;
@@ -45,5 +45,5 @@ pub use init::{
 pub use model::Model;
 pub use open::open;
 pub use settings::EngineSettings;
-pub use spec::SpecSettings;
+pub use speculative::SpecSettings;
 pub use trace::{random_prompts, record_trace, TraceOptions};

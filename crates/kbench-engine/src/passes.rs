@@ -1,4 +1,4 @@
-//! The device passes the speculative loop (`crate::spec`) and the backend scheduler
+//! The device passes the speculative loop (`crate::speculative`) and the backend scheduler
 //! (`crate::session`) run on: [`SpecModel`], implemented by the CPU reference
 //! ([`crate::cpu`]) and by the CUDA path (`crate::cuda::passes`).
 //!

@@ -14,7 +14,7 @@ use crate::backend::request_prompt;
 use crate::batcher::{Batcher, Commit, SeqParams};
 use crate::error::EngineError;
 use crate::passes::SpecModel;
-use crate::spec::SpecSettings;
+use crate::speculative::SpecSettings;
 
 pub(crate) const NAME: &str = "engine";
 

@@ -7,7 +7,7 @@ use kbench_core::tree::TreeShape;
 use kbench_core::verify::{target_distribution, SamplingParams};
 use kbench_engine::generate::run_batch;
 use kbench_engine::linalg::{Linear, Weight};
-use kbench_engine::spec::{prefill, seq_rng, spec_round, Sequence};
+use kbench_engine::speculative::{prefill, seq_rng, spec_round, Sequence};
 use kbench_engine::st::Slice;
 use kbench_engine::target::{Attend, MlaMode, Segment};
 use kbench_engine::SpecSettings;

@@ -5,7 +5,7 @@
 //!   kbench-gpu bench [--quick]
 //!   kbench-gpu stack [--layers 3] [--context 2048] [--batches 1,2,4,8,16,32,64] [--reps 10] [--profile FILE]
 //! Exit status: 0 ok, 1 failures, 2 usage, 3 skipped (no CUDA device: nothing was checked).
-use kbench_cuda::error::Chain;
+use kbench_core::error_chain::Chain;
 use kbench_cuda::{bench, check_kernels, device, selftest, CudaDevice, CudaError};
 use std::process::ExitCode;
 

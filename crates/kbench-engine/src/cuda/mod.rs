@@ -15,7 +15,7 @@
 //!   entries committed by the caller) and the draft pass (draft KV cache + a per-round pool of
 //!   draft-path entries); decode / verify passes replayed from CUDA graphs per token bucket.
 //! - `passes.rs`: [`CudaModel`]'s `SpecModel` (sequence caches = a KV slot, commits by pass
-//!   row) and [`GpuSequence`], so that `crate::spec`'s loop ([`prefill`], [`decode_step`],
+//!   row) and [`GpuSequence`], so that `crate::speculative`'s loop ([`prefill`], [`decode_step`],
 //!   [`spec_round`], [`run_batch`], the same one the CPU runs) drives the GPU passes.
 //! - `backend.rs`: [`CudaEngineBackend`], the `engine` backend (`crate::session`'s scheduler:
 //!   continuous batching, KV slots) over the GPU.
@@ -39,7 +39,7 @@ pub mod ops;
 pub mod passes;
 pub(crate) mod weights;
 
-pub use crate::spec::{decode_step, prefill, run_batch, spec_round};
+pub use crate::speculative::{decode_step, prefill, run_batch, spec_round};
 pub use backend::CudaEngineBackend;
 pub use model::{CudaModel, GpuDraftOut, GpuDraftSegment, GpuSegment, GpuSegmentOut};
 pub use passes::{GpuCaches, GpuSequence};

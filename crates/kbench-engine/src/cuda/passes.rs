@@ -1,7 +1,7 @@
 //! The GPU's [`SpecModel`]: a sequence's caches are a KV slot of [`CudaModel`] and their fill
 //! levels. A pass leaves new entries in the model's pass buffer, and commits copy rows of it
 //! (by index from the segment's first row) into the slot; the buffer holds `max_tokens`
-//! tokens, so `crate::spec` splits bounded phases into several passes.
+//! tokens, so `crate::speculative` splits bounded phases into several passes.
 
 use kbench_core::tree::TreeShape;
 use rand_chacha::ChaCha8Rng;
@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use super::model::{CudaModel, GpuDraftSegment, GpuSegment};
 use crate::error::{EngineError, Result};
 use crate::passes::{DraftOut, DraftSeg, SpecModel, TargetOut, TargetSeg};
-use crate::spec::Seq;
+use crate::speculative::Seq;
 
 /// Where a sequence's caches live on the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
