@@ -177,7 +177,11 @@ fn compare_sets_reports_side_by_side_and_plots_them() {
         svg.starts_with("<svg") && svg.contains("#2 topk1_v2 (sim)"),
         "{svg}"
     );
-    assert_eq!(svg.matches("<polyline").count(), 2);
+    // one line per report in its own colour, each drawn once in the plot and once in the legend
+    for colour in ["#1F77B4", "#D62728"] {
+        let line = format!(r#"stroke="{colour}" stroke-width="2" points"#);
+        assert_eq!(svg.matches(&line).count(), 2, "{colour}: {svg}");
+    }
 
     // anything that is not a report: one message naming the file, exit code 3
     std::fs::write(dir.path().join("other.json"), "{\"levels\": []}").unwrap();

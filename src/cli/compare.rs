@@ -48,7 +48,7 @@ pub fn run(args: CompareArgs) -> CliResult<()> {
             .enumerate()
             .map(|(i, l)| format!("#{} {l}", i + 1))
             .collect();
-        let svg = render::plot::labelled_throughput_svg(&reports, &short, "compare");
+        let svg = render::plot::labelled_throughput_svg(&reports, &short, "compare")?;
         write_file(path, svg.as_bytes())?;
     }
     Ok(())

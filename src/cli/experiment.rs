@@ -274,7 +274,7 @@ fn write_outputs(args: &ExperimentArgs, reports: &[Report]) -> CliResult<()> {
         write_file(path, render::csv::levels_csv(reports).as_bytes())?;
     }
     if let Some(path) = &args.plot {
-        write_file(path, render::plot::throughput_svg(reports).as_bytes())?;
+        write_file(path, render::plot::throughput_svg(reports)?.as_bytes())?;
     }
     Ok(())
 }

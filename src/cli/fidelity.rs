@@ -48,7 +48,7 @@ pub fn run(args: FidelityArgs) -> CliResult<()> {
         write_file(path, text.as_bytes())?;
     }
     if let Some(path) = &args.plot {
-        write_file(path, render::fidelity::parity_svg(&report).as_bytes())?;
+        write_file(path, render::parity::parity_svg(&report)?.as_bytes())?;
     }
     Ok(())
 }

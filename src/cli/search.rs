@@ -79,7 +79,7 @@ fn write_outputs(
         write_file(path, kbench_search::report::csv(report).as_bytes())?;
     }
     if let Some(path) = &args.plot {
-        write_file(path, render::search::frontier_svg(report).as_bytes())?;
+        write_file(path, render::frontier::frontier_svg(report)?.as_bytes())?;
     }
     if let Some(path) = &args.emit {
         let Some(&winner) = report.ranked.first() else {

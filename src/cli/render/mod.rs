@@ -1,8 +1,11 @@
-//! Report renderings: terminal table, CSV, SVG plot.
+//! Report renderings: terminal table, CSV, SVG plots.
 
+mod chart;
 pub mod compare;
 pub mod csv;
 pub mod fidelity;
+pub mod frontier;
+pub mod parity;
 pub mod plot;
 pub mod search;
 pub mod table;

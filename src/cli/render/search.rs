@@ -1,12 +1,10 @@
 //! `kbench search` on the terminal (ranked table, what was not ranked and why, the
-//! frontier, the top two's rounds side by side) and its frontier as SVG.
+//! frontier, the top two's rounds side by side).
 
-use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use kbench_search::report::{CandidateRow, SearchReport};
 
-use super::plot::{esc, nice_ceiling};
 use super::table::write_rows;
 
 /// Frontier points printed without --pareto.
@@ -386,115 +384,4 @@ fn write_aligned(out: &mut dyn Write, rows: &[Vec<String>], left: &[usize]) -> i
         }
     }
     Ok(())
-}
-
-const W: f64 = 720.0;
-const H: f64 = 460.0;
-const LEFT: f64 = 70.0;
-const RIGHT: f64 = 30.0;
-const TOP: f64 = 40.0;
-const BOTTOM: f64 = 50.0;
-
-/// The frontier's points joined by a line (each with its configuration as a tooltip), the
-/// winner's point ringed in red.
-pub fn frontier_svg(r: &SearchReport) -> String {
-    let all: Vec<(f64, f64)> = r
-        .frontier
-        .iter()
-        .map(|p| (p.per_request_output_throughput, p.output_throughput))
-        .collect();
-    let x_max = nice_ceiling(all.iter().map(|p| p.0).fold(1.0, f64::max) * 1.05);
-    let y_max = nice_ceiling(all.iter().map(|p| p.1).fold(1.0, f64::max) * 1.05);
-    let x = |v: f64| LEFT + v / x_max * (W - LEFT - RIGHT);
-    let y = |v: f64| H - BOTTOM - v / y_max * (H - TOP - BOTTOM);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{LEFT}" y="24" font-size="15">{}: output throughput against per-request speed</text>"#,
-        esc(&r.experiment)
-    );
-    for i in 0..=5 {
-        let (vx, vy) = (x_max * i as f64 / 5.0, y_max * i as f64 / 5.0);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{vy:.0}</text>"##,
-            W - RIGHT,
-            LEFT - 6.0,
-            y(vy) + 4.0,
-            yy = y(vy)
-        );
-        let _ = writeln!(
-            s,
-            r##"<line x1="{xx:.1}" y1="{TOP}" x2="{xx:.1}" y2="{:.1}" stroke="#eee"/><text x="{xx:.1}" y="{:.1}" text-anchor="middle">{vx:.0}</text>"##,
-            H - BOTTOM,
-            H - BOTTOM + 16.0,
-            xx = x(vx)
-        );
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">per-request output tok/s</text>"#,
-        (LEFT + W - RIGHT) / 2.0,
-        H - 12.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<text transform="translate(18 {:.1}) rotate(-90)" text-anchor="middle">output tok/s</text>"#,
-        (TOP + H - BOTTOM) / 2.0
-    );
-    // every level that ran, faint, behind the frontier
-    for c in r.candidates.iter().filter(|c| c.in_space) {
-        for l in &c.levels {
-            if l.per_request_output_throughput <= x_max && l.output_throughput <= y_max {
-                let _ = writeln!(
-                    s,
-                    r##"<circle cx="{:.1}" cy="{:.1}" r="2" fill="#bbb"/>"##,
-                    x(l.per_request_output_throughput),
-                    y(l.output_throughput)
-                );
-            }
-        }
-    }
-    let points: Vec<String> = all
-        .iter()
-        .map(|p| format!("{:.1},{:.1}", x(p.0), y(p.1)))
-        .collect();
-    let _ = writeln!(
-        s,
-        r##"<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{}"/>"##,
-        points.join(" ")
-    );
-    for p in &r.frontier {
-        let c = &r.candidates[p.candidate];
-        let _ = writeln!(
-            s,
-            r##"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="#1f77b4"><title>{} at C={}: {:.1} tok/s, {:.1} tok/s per request</title></circle>"##,
-            x(p.per_request_output_throughput),
-            y(p.output_throughput),
-            esc(&c.label),
-            c.levels[p.level].concurrency,
-            p.output_throughput,
-            p.per_request_output_throughput
-        );
-    }
-    if let Some(&w) = r.ranked.first() {
-        let c = &r.candidates[w];
-        if let Some(m) = &c.at {
-            let (cx, cy) = (x(m.per_request_output_throughput), y(m.output_throughput));
-            let _ = writeln!(
-                s,
-                r##"<circle cx="{cx:.1}" cy="{cy:.1}" r="8" fill="none" stroke="#d62728" stroke-width="2.5"/><text x="{:.1}" y="{:.1}" fill="#d62728">chosen: {}</text>"##,
-                cx + 11.0,
-                cy - 8.0,
-                esc(&c.label)
-            );
-        }
-    }
-    s.push_str("</svg>\n");
-    s
 }
