@@ -43,6 +43,24 @@ pub(super) fn svg(size: (u32, u32), draw: impl FnOnce(&Canvas) -> Drawn) -> CliR
     Ok(out)
 }
 
+/// The series' legend at `position`, on a translucent white box.
+pub(super) fn legend<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    position: SeriesLabelPosition,
+) -> Drawn
+where
+    X: plotters::coord::ranged1d::Ranged,
+    Y: plotters::coord::ranged1d::Ranged,
+{
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()?;
+    Ok(())
+}
+
 /// The axis maximum: the next 1, 2, 2.5 or 5 times a power of ten at or above `v`.
 pub(super) fn nice_ceiling(v: f64) -> f64 {
     let mag = 10f64.powf(v.log10().floor());

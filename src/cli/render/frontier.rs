@@ -77,12 +77,7 @@ pub fn frontier_svg(r: &SearchReport) -> CliResult<String> {
                     ),
             ))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()?;
+        chart::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         Ok(())
     })
 }

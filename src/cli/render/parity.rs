@@ -75,12 +75,7 @@ pub fn parity_svg(r: &FidelityReport) -> CliResult<String> {
                 .label(format!("{source} (hollow: fit)"))
                 .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.stroke_width(1)));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()?;
+        chart::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         Ok(())
     })
 }

@@ -92,12 +92,7 @@ pub fn labelled_throughput_svg(
                 .label("measured (reference)")
                 .legend(|(x, y)| Rectangle::new([(x + 5, y - 4), (x + 13, y + 4)], BLACK));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()?;
+        chart::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         Ok(())
     })
 }
