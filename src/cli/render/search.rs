@@ -1,6 +1,7 @@
 //! `kbench search` on the terminal (ranked table, what was not ranked and why, the
 //! frontier, the top two's rounds side by side).
 
+use std::collections::BTreeSet;
 use std::io::{self, Write};
 
 use kbench_search::report::{CandidateRow, SearchReport};
@@ -102,13 +103,23 @@ pub fn write_search(
                     "   the file's own configuration ({}) is the best",
                     c.label
                 )?,
-                (Some(n), Some(v), Some(b)) => writeln!(
-                    out,
-                    "   the file's own configuration ({}) ranks #{n}: {} ({:+.1}% from #1)",
-                    c.label,
-                    fmt_value(Some(v)),
-                    (v / b - 1.0) * 100.0
-                )?,
+                (Some(n), Some(v), Some(b)) => {
+                    writeln!(
+                        out,
+                        "   the file's own configuration ({}) ranks #{n}: {} ({:+.1}% from #1)",
+                        c.label,
+                        fmt_value(Some(v)),
+                        (v / b - 1.0) * 100.0
+                    )?;
+                    let change = changes(c, &r.candidates[r.ranked[0]]);
+                    if !change.is_empty() {
+                        writeln!(
+                            out,
+                            "   instead, #1 changes {change}: {:+.1}% over the file's",
+                            (b / v - 1.0) * 100.0
+                        )?;
+                    }
+                }
                 _ => writeln!(
                     out,
                     "   the file's own configuration ({}) is not ranked",
@@ -315,6 +326,43 @@ fn ranked_row(
         None => "-".into(),
     });
     row
+}
+
+/// What `to` changes in `from`, as `key from -> to` over the space's axes; a switch
+/// between plain decoding and speculation is said as the two labels, not key by key.
+fn changes(from: &CandidateRow, to: &CandidateRow) -> String {
+    let plain = |c: &CandidateRow| c.config.as_ref().is_some_and(|x| x.algorithm == "none");
+    if plain(from) != plain(to) {
+        return format!("{} to {}", from.label, to.label);
+    }
+    let shown = |v: Option<&String>| v.map_or("-", |v| v.trim_matches('"')).to_string();
+    // SGLang's order for the speculative keys (the table's columns), then the rest by name
+    const FIRST: [&str; 5] = [
+        "speculative.algorithm",
+        "speculative.num_steps",
+        "speculative.eagle_topk",
+        "speculative.num_draft_tokens",
+        "speculative.spec_v2",
+    ];
+    let keys: BTreeSet<(usize, &String)> = from
+        .overrides
+        .keys()
+        .chain(to.overrides.keys())
+        .map(|k| (FIRST.iter().position(|f| f == k).unwrap_or(FIRST.len()), k))
+        .collect();
+    keys.into_iter()
+        .map(|(_, k)| k)
+        .filter(|k| from.overrides.get(*k) != to.overrides.get(*k))
+        .map(|k| {
+            format!(
+                "{} {} -> {}",
+                short(k),
+                shown(from.overrides.get(k)),
+                shown(to.overrides.get(k))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn at_label(c: &CandidateRow) -> String {
