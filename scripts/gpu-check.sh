@@ -6,7 +6,8 @@
 #   (GPU vs CPU path) -> layer stack (decode + verify, profile TOML) -> per-pass calibration
 #   of the simulator -> engine_tiny.toml on the GPU -> kernel bench table -> criterion (short).
 #   Each stage is timed, logged, and bounded by a timeout; a failed stage is reported and the
-#   script goes on. Results (8 files at most, the device tool's limit) go to $OUT if set, else ./gpu-results.
+#   script goes on. Exit status: 1 when a GPU is present and a GPU test stage (selftest,
+#   engine) did not run or did not pass, 0 otherwise. Results (8 files at most, the device tool's limit) go to $OUT if set, else ./gpu-results.
 #   It never changes GPU settings (no nvidia-smi -pm/-lgc/-ac/-r ...), only reads them.
 #
 # Usage:
@@ -49,6 +50,8 @@ LOG="$RES/gpu-check.log"
 BUDGET="${KBENCH_GPU_BUDGET_S:-460}"
 T0=$(date +%s)
 SUMMARY=()
+# each stage's outcome by name: the exit status is derived from the GPU test stages' at the end
+declare -A STATUS=()
 log() { echo "$*" | tee -a "$LOG"; }
 elapsed() { echo $(($(date +%s) - T0)); }
 remaining() { echo $((BUDGET - $(elapsed))); }
@@ -62,6 +65,7 @@ run_stage() {
     if ((lim < 15)); then
         log "=== [$name] SKIPPED: only ${left}s of the budget left"
         SUMMARY+=("$(printf '%-10s SKIPPED (budget)' "$name")")
+        STATUS[$name]="SKIPPED (budget)"
         return 0
     fi
     log "=== [$name] $* (timeout ${lim}s, at +$(elapsed)s)"
@@ -76,6 +80,7 @@ run_stage() {
     local status="ok"
     if ((rc == 124 || rc == 137)); then status="TIMEOUT"; elif ((rc != 0)); then status="FAILED(rc=$rc)"; fi
     log "=== [$name] $status in ${dt}s"
+    STATUS[$name]="$status"
     SUMMARY+=("$(printf '%-10s %-14s %7ss  -> %s' "$name" "$status" "$dt" "$(basename "$outfile")")")
     return 0
 }
@@ -257,4 +262,18 @@ fi
     echo "NVRTC: ${KBENCH_NVRTC_LIB:-none}"
     printf '%s\n' "${SUMMARY[@]}"
 } | tee -a "$LOG"
+
+# Where a GPU is, a GPU test that did not run checked nothing: the run fails unless every GPU
+# test stage ran and passed. Without one (a dry run of the script), the stages report the
+# missing device and the run exits 0.
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    missed=()
+    for stage in selftest engine; do
+        [[ "${STATUS[$stage]:-not run}" == ok ]] || missed+=("$stage: ${STATUS[$stage]:-not run}")
+    done
+    if ((${#missed[@]})); then
+        log "gpu-check: a GPU is present but its tests did not all run and pass ($(IFS=';'; echo "${missed[*]}"))"
+        exit 1
+    fi
+fi
 exit 0
