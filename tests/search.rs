@@ -90,6 +90,46 @@ fn search_kimi_under_a_latency_slo_is_pinned() {
     }
 }
 
+#[test]
+fn from_the_seeds_tree_it_says_to_turn_speculation_off() {
+    // the seed's first configuration, (3, 4, 8) with v1, against plain decoding alone
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(search_kimi()).unwrap();
+    let text = text[..text.find("[search.space]").unwrap()]
+        .replace(
+            "../traces/",
+            &format!("{}/traces/", common::repo_root().display()),
+        )
+        .replace(
+            "num_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = true",
+            "num_steps = 3\neagle_topk = 4\nnum_draft_tokens = 8\nspec_v2 = false",
+        );
+    let path = dir.path().join("seed_tree.toml");
+    std::fs::write(
+        &path,
+        format!("{text}[search.space]\n\"speculative.algorithm\" = [\"none\", \"EAGLE3\"]\n"),
+    )
+    .unwrap();
+    let (_, _, r) = search(&path, &SearchFlags::default(), 0);
+    let own = &r.candidates[r
+        .file_configuration
+        .expect("the file's configuration is a candidate")];
+    assert_eq!((own.label.as_str(), own.rank), ("EAGLE3 3/4/8 v1", Some(2)));
+    let out = rendered(&r, 10);
+    let gain = plain_gain(&out).unwrap_or_else(|| panic!("no advice in:\n{out}"));
+    // the seed measured plain decoding 2.4x above this tree
+    assert!((100.0..200.0).contains(&gain), "{gain}% in:\n{out}");
+}
+
+/// The gain in `instead, #1 changes EAGLE3 3/4/8 v1 to plain: +N% over the file's`.
+fn plain_gain(out: &str) -> Option<f64> {
+    let line = out
+        .lines()
+        .find(|l| l.contains("instead, #1 changes EAGLE3 3/4/8 v1 to plain: "))?;
+    let pct = line.split(": ").nth(1)?.split('%').next()?;
+    pct.parse().ok()
+}
+
 /// A space small enough to run twice and to emit every candidate of.
 fn small_flags() -> SearchFlags {
     SearchFlags {
