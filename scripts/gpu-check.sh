@@ -7,7 +7,8 @@
 #   of the simulator -> engine_tiny.toml on the GPU -> kernel bench table -> criterion (short).
 #   Each stage is timed, logged, and bounded by a timeout; a failed stage is reported and the
 #   script goes on. Exit status: 1 when a GPU is present and a GPU test stage (selftest,
-#   engine) did not run or did not pass, 0 otherwise. Results (8 files at most, the device tool's limit) go to $OUT if set, else ./gpu-results.
+#   engine) did not run or did not pass, 0 otherwise. Results (8 files at most, the device
+#   tool's limit) go to $OUT if set, else ./gpu-results.
 #   It never changes GPU settings (no nvidia-smi -pm/-lgc/-ac/-r ...), only reads them.
 #
 # Usage:
