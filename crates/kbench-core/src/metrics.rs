@@ -44,6 +44,10 @@ pub struct LevelMetrics {
     pub failed: u32,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// Failed requests whose reason is not in `errors`: past [`MAX_DISTINCT_ERRORS`]
+    /// distinct reasons, a level stops keeping new ones.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub errors_not_listed: u32,
     pub duration_s: f64,
     pub total_input_tokens: u64,
     pub total_output_tokens: u64,
@@ -102,6 +106,10 @@ pub fn level_metrics(concurrency: u32, records: &[RequestRecord]) -> LevelMetric
     level.finish(concurrency)
 }
 
+/// Distinct failure reasons a level keeps: a server that words each failure differently
+/// (a request id in the message) must not grow a level's memory with its requests.
+pub const MAX_DISTINCT_ERRORS: usize = 32;
+
 /// A level's metrics folded one finished request at a time, so a level's memory does not
 /// grow with its requests or their tokens (see [`crate::distribution`]).
 #[derive(Debug, Clone, Default)]
@@ -109,6 +117,7 @@ pub struct LevelAccumulator {
     completed: u32,
     failed: u32,
     errors: BTreeSet<String>,
+    errors_not_listed: u32,
     first_submitted: Option<Nanos>,
     last_finished: Nanos,
     input_tokens: u64,
@@ -135,7 +144,11 @@ impl LevelAccumulator {
         if let Some(e) = &r.error {
             self.failed += 1;
             if !self.errors.contains(e) {
-                self.errors.insert(e.clone());
+                if self.errors.len() < MAX_DISTINCT_ERRORS {
+                    self.errors.insert(e.clone());
+                } else {
+                    self.errors_not_listed += 1;
+                }
             }
             return;
         }
@@ -211,6 +224,7 @@ impl LevelAccumulator {
             completed: self.completed,
             failed: self.failed,
             errors: self.errors.into_iter().collect(),
+            errors_not_listed: self.errors_not_listed,
             duration_s,
             total_input_tokens: self.input_tokens,
             total_output_tokens: self.output_tokens,
@@ -301,6 +315,24 @@ mod tests {
             reported_rounds: None,
             error: None,
         }
+    }
+
+    #[test]
+    fn a_level_keeps_a_bounded_number_of_failure_reasons() {
+        let failed = |id: u64, why: String| RequestRecord {
+            error: Some(why),
+            ..rec(id, 0, &[], &[])
+        };
+        let mut level = LevelAccumulator::default();
+        for id in 0..1000 {
+            // each reason twice: a repeat is not a new reason, kept or not
+            level.add(&failed(id, format!("request {} refused", id / 2)));
+        }
+        let m = level.finish(1);
+        assert_eq!(m.failed, 1000);
+        assert_eq!(m.errors.len(), MAX_DISTINCT_ERRORS);
+        assert_eq!(m.errors_not_listed, 1000 - 2 * MAX_DISTINCT_ERRORS as u32);
+        assert!(m.errors.contains(&"request 0 refused".to_string()));
     }
 
     #[test]

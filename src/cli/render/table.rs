@@ -2,6 +2,7 @@
 
 use std::io::{self, Write};
 
+use kbench_core::metrics::MAX_DISTINCT_ERRORS;
 use kbench_core::report::Report;
 
 const HEADER: [&str; 13] = [
@@ -151,10 +152,14 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
     for m in r.levels.iter().filter(|m| m.failed > 0) {
         writeln!(
             out,
-            "   C={}: {} request(s) failed: {}",
+            "   C={}: {} request(s) failed: {}{}",
             m.concurrency,
             m.failed,
-            m.errors.join("; ")
+            m.errors.join("; "),
+            match m.errors_not_listed {
+                0 => String::new(),
+                n => format!("; {n} more for reasons past the first {MAX_DISTINCT_ERRORS}"),
+            }
         )?;
     }
     for m in &r.levels {
