@@ -94,16 +94,10 @@ fn search_kimi_under_a_latency_slo_is_pinned() {
 fn from_the_seeds_tree_it_says_to_turn_speculation_off() {
     // the seed's first configuration, (3, 4, 8) with v1, against plain decoding alone
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(search_kimi()).unwrap();
-    let text = text[..text.find("[search.space]").unwrap()]
-        .replace(
-            "../traces/",
-            &format!("{}/traces/", common::repo_root().display()),
-        )
-        .replace(
-            "num_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = true",
-            "num_steps = 3\neagle_topk = 4\nnum_draft_tokens = 8\nspec_v2 = false",
-        );
+    let text = search_kimi_up_to("[search.space]").replace(
+        "num_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = true",
+        "num_steps = 3\neagle_topk = 4\nnum_draft_tokens = 8\nspec_v2 = false",
+    );
     let path = dir.path().join("seed_tree.toml");
     std::fs::write(
         &path,
@@ -130,6 +124,16 @@ fn plain_gain(out: &str) -> Option<f64> {
     pct.parse().ok()
 }
 
+/// experiments/search_kimi.toml up to `marker`, its trace named by an absolute path so the
+/// text can be written anywhere.
+fn search_kimi_up_to(marker: &str) -> String {
+    let text = std::fs::read_to_string(search_kimi()).unwrap();
+    text[..text.find(marker).unwrap()].replace(
+        "../traces/",
+        &format!("{}/traces/", common::repo_root().display()),
+    )
+}
+
 /// A space small enough to run twice and to emit every candidate of.
 fn small_flags() -> SearchFlags {
     SearchFlags {
@@ -145,13 +149,8 @@ fn small_flags() -> SearchFlags {
 }
 
 fn small_base(dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(search_kimi()).unwrap();
     // the space is the test's: only what the flags declare
-    let text = text[..text.find("[search]").unwrap()]
-        .replace(
-            "../traces/",
-            &format!("{}/traces/", common::repo_root().display()),
-        )
+    let text = search_kimi_up_to("[search]")
         .replace(
             "concurrency = [1, 2, 4, 8, 16, 32, 64]",
             "concurrency = [1, 16]",
