@@ -29,6 +29,7 @@ pub mod predict;
 pub mod presets;
 pub mod pricer;
 pub mod profile;
+mod sched;
 pub mod sim;
 
 pub use cost::{CostModel, PassBreakdown, PassKind, RoundBreakdown};

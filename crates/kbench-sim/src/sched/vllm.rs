@@ -1,0 +1,135 @@
+//! vLLM V1's scheduler in the simulator: every step spends one token budget
+//! (`max_num_batched_tokens`) on the running requests' decodes first, then on prefill
+//! chunks of the requests still prefilling, then on new requests, all in one forward. KV
+//! slots are taken as tokens are computed, with no reservation for output; when a decode
+//! cannot get its slot the most recently admitted request is preempted (its KV freed, to be
+//! recomputed from the front of the queue), as vLLM's FCFS policy does.
+
+use kbench_core::backend::BackendError;
+
+use super::Scheduler;
+use crate::cost::PrefillPart;
+use crate::sim::{fail, record_chunk, Live, SimSession};
+
+pub(crate) struct Vllm;
+
+impl Scheduler for Vllm {
+    fn step(&self, s: &mut SimSession<'_>) -> Result<(), BackendError> {
+        step(s)
+    }
+}
+
+/// The latest admitted request goes back to the front of the queue, its cache freed.
+fn preempt_latest(s: &mut SimSession<'_>) -> bool {
+    let victim = match s.prefilling.pop() {
+        Some(v) => Some(v),
+        None if s.running.len() > 1 => s.running.pop(),
+        None => None,
+    };
+    let Some(mut v) = victim else {
+        return false;
+    };
+    s.kv.give_back(v.kv_tokens);
+    v.kv_tokens = 0;
+    v.prefilled = 0;
+    v.retractions += 1;
+    s.waiting.push_front(v);
+    true
+}
+
+fn step(s: &mut SimSession<'_>) -> Result<(), BackendError> {
+    while s.free_slots() < s.running.len() as u64 {
+        if !preempt_latest(s) {
+            break;
+        }
+    }
+    let mut budget = s.b.max_num_batched_tokens;
+    let decode_bs = (s.running.len() as u32).min(budget);
+    budget -= decode_bs;
+    // slots the decodes will take at the end of the step
+    let mut free = s.free_slots().saturating_sub(decode_bs as u64);
+    let mut parts = Vec::new();
+    let mut take = 0u32;
+    for r in s.prefilling.iter_mut() {
+        let left = r.fill_len() - r.prefilled;
+        // a chunk that ends the prompt also needs the slot of its first token
+        let n = if (left as u64) < free {
+            left.min(budget)
+        } else {
+            (free.saturating_sub(1).min(u32::MAX as u64) as u32).min(budget)
+        };
+        if n == 0 {
+            break;
+        }
+        parts.push(PrefillPart {
+            new_tokens: n,
+            cached: r.prefilled,
+        });
+        r.prefilled += n;
+        r.kv_tokens += n;
+        take += n;
+        free -= n as u64 + (r.prefilled == r.fill_len()) as u64;
+        budget -= n;
+    }
+    while budget > 0 && s.running.len() + s.prefilling.len() < s.b.max_running as usize {
+        let Some(next) = s.waiting.front() else {
+            break;
+        };
+        let hit = s.prefix_hit(next);
+        let extend = next.fill_len() - hit;
+        let n = extend.min(budget);
+        let need = n as u64 + (n == extend) as u64;
+        if need > free {
+            break;
+        }
+        let Some(mut r) = s.waiting.pop_front() else {
+            break;
+        };
+        parts.push(PrefillPart {
+            new_tokens: n,
+            cached: hit,
+        });
+        r.prefilled = hit + n;
+        r.kv_tokens += n;
+        take += n;
+        free -= need;
+        budget -= n;
+        s.prefilling.push(r);
+    }
+    s.kv.take(take);
+    if decode_bs == 0 && parts.is_empty() {
+        return Err(s.cannot_admit());
+    }
+    let decoding = &s.running[..decode_bs as usize];
+    let ctx = decoding
+        .iter()
+        .map(|r| (r.req.input_len + r.output()) as f64)
+        .sum::<f64>()
+        / decode_bs.max(1) as f64;
+    let t =
+        s.b.cost
+            .mixed_step_ns(decode_bs, ctx, &parts)
+            .map_err(fail)?;
+    s.now += t;
+    let (done, still): (Vec<Live>, Vec<Live>) = std::mem::take(&mut s.prefilling)
+        .into_iter()
+        .partition(|r| r.prefilled == r.fill_len());
+    s.prefilling = still;
+    let visible = s.deliver(decode_bs + done.len() as u32);
+    for r in s.running[..decode_bs as usize].iter_mut() {
+        r.token_times.push(visible);
+        r.kv_tokens += 1;
+        record_chunk(&mut s.chunks, r, visible, 1, false);
+    }
+    s.kv.take(decode_bs);
+    for mut r in done {
+        s.prompt_done(&mut r);
+        r.token_times.push(visible);
+        r.kv_tokens += 1;
+        s.kv.take(1);
+        record_chunk(&mut s.chunks, &r, visible, 1, false);
+        s.running.push(r);
+    }
+    s.retire_finished();
+    Ok(())
+}
