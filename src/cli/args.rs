@@ -43,6 +43,8 @@ pub enum Command {
     Kernels(KernelsCommand),
     /// Print the SGLang launch command (and environment) an experiment file implies.
     SglangArgs(SglangArgsArgs),
+    /// Print the `vllm serve` command (with `--speculative-config`) an experiment file implies.
+    VllmArgs(SglangArgsArgs),
     /// Set two or more `--json` reports (any backends) side by side per level, with each
     /// one's difference from the first.
     Compare(CompareArgs),

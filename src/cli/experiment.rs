@@ -74,8 +74,11 @@ pub fn run(args: ExperimentArgs) -> CliResult<()> {
     }
 }
 
-/// `kbench sglang-args`: the launch line of each variant, as the http backend would start it.
-pub fn sglang_args(args: SglangArgsArgs) -> CliResult<()> {
+/// `kbench sglang-args` / `kbench vllm-args`: the launch line of each variant.
+pub fn launch_args(
+    args: SglangArgsArgs,
+    command: fn(&kbench_core::spec::Experiment) -> Result<String, kbench_http::Error>,
+) -> CliResult<()> {
     let variants = load_experiment(&args.file, &args.set).map_err(|e| spec_error(&e))?;
     let mut shown = 0;
     for v in &variants {
@@ -83,8 +86,7 @@ pub fn sglang_args(args: SglangArgsArgs) -> CliResult<()> {
             continue;
         }
         let exp = &v.experiment;
-        let line =
-            kbench_http::launch::sglang_command(exp).map_err(|e| CliError::from_error(&e))?;
+        let line = command(exp).map_err(|e| CliError::from_error(&e))?;
         if let Some(name) = &v.name {
             println!("# variant {name}");
         }

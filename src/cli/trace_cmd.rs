@@ -39,7 +39,11 @@ fn synth(a: TraceSynthArgs) -> CliResult<()> {
         (preset, None) => {
             let name = preset.as_deref().unwrap_or("kimi-k2.5-eagle3-chat");
             trace::preset(name).ok_or_else(|| {
-                let known: Vec<&str> = trace::PRESETS.iter().map(|p| p.name).collect();
+                let known: Vec<&str> = trace::PRESETS
+                    .iter()
+                    .map(|p| p.name)
+                    .chain(trace::CHAIN_PRESETS.iter().map(|p| p.name))
+                    .collect();
                 CliError::new(
                     exit::INVALID_INPUT,
                     format!(

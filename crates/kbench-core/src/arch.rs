@@ -150,6 +150,10 @@ pub struct ModelArch {
     pub tie_word_embeddings: bool,
     /// Prefix of text tensors in the checkpoint (`language_model.` for Kimi-K2.5's wrapper).
     pub tensor_prefix: String,
+    /// Multi-token-prediction layers shipped with the checkpoint
+    /// (`num_nextn_predict_layers`): what vLLM's `mtp` method drafts with.
+    #[serde(default)]
+    pub mtp_layers: u32,
 }
 
 impl ModelArch {
@@ -194,6 +198,8 @@ impl ModelArch {
                 a.vocab_size = 129280;
                 a.num_layers = 61;
                 a.tensor_prefix = String::new();
+                // deepseek-ai/DeepSeek-V3 config.json: num_nextn_predict_layers = 1
+                a.mtp_layers = 1;
                 let moe = a.moe.as_mut().expect("kimi preset is MoE");
                 moe.n_routed_experts = 256;
                 moe.first_k_dense_replace = 3;
@@ -233,6 +239,7 @@ impl ModelArch {
                 max_position_embeddings: 131072,
                 tie_word_embeddings: false,
                 tensor_prefix: String::new(),
+                mtp_layers: 0,
             }),
             other => Err(ArchError::UnknownPreset {
                 name: other.into(),
@@ -344,6 +351,7 @@ impl ModelArch {
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
             tensor_prefix: prefix.into(),
+            mtp_layers: f.u32_or("num_nextn_predict_layers", 0),
         })
     }
 }
@@ -407,6 +415,8 @@ fn kimi_k25() -> ModelArch {
         max_position_embeddings: 262144,
         tie_word_embeddings: false,
         tensor_prefix: "language_model.".into(),
+        // moonshotai/Kimi-K2.5 config.json: num_nextn_predict_layers = 0 (no MTP weights)
+        mtp_layers: 0,
     }
 }
 

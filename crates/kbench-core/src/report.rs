@@ -194,9 +194,10 @@ pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> Experime
         max_running_requests: exp.max_running_requests,
         cuda_graph_max_bs: exp.cuda_graph_max_bs,
         speculative: SpeculativeSummary {
-            algorithm: match s.algorithm {
-                Algorithm::None => "none".into(),
-                Algorithm::Eagle3 => "EAGLE3".into(),
+            algorithm: match (s.algorithm, exp.engine.kind) {
+                (Algorithm::None, _) => "none".into(),
+                (Algorithm::Eagle3, crate::spec::EngineKind::Sglang) => "EAGLE3".into(),
+                (a, _) => a.vllm_method().unwrap_or("none").into(),
             },
             num_steps: s.shape.num_steps,
             eagle_topk: s.shape.topk,

@@ -25,6 +25,7 @@ fn small(seed: u64) -> SynthParams {
         draft: "d".into(),
         dataset: "synthetic test".into(),
         temperature: 0.0,
+        match_rate: None,
     }
 }
 

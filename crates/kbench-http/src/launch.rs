@@ -87,13 +87,47 @@ impl Default for LaunchSettings {
     }
 }
 
-/// The Hugging Face ids of the presets' checkpoints (what SGLang loads).
-fn hub_id(preset: &str) -> Option<&'static str> {
+/// The Hugging Face ids of the presets' checkpoints (what SGLang and vLLM load).
+pub(crate) fn hub_id(preset: &str) -> Option<&'static str> {
     match preset {
         "kimi-k2.5" => Some("moonshotai/Kimi-K2.5"),
         "kimi-k2.5-eagle3" => Some("lightseekorg/kimi-k2.5-eagle3"),
+        "deepseek-v3" => Some("deepseek-ai/DeepSeek-V3"),
+        "llama-3.1-8b" => Some("meta-llama/Llama-3.1-8B-Instruct"),
+        "llama-3.1-8b-eagle3" => Some("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
         _ => None,
     }
+}
+
+/// Where a checkpoint comes from: an explicit path, the directory of a config file, or a
+/// preset's hub id.
+pub(crate) fn checkpoint_path(
+    exp: &Experiment,
+    explicit: &Option<String>,
+    config: &Option<String>,
+    preset: &Option<String>,
+    what: &str,
+) -> Result<String, HttpError> {
+    if let Some(p) = explicit {
+        return Ok(p.clone());
+    }
+    if let Some(c) = config {
+        let dir = exp.base_dir.join(
+            std::path::Path::new(c)
+                .parent()
+                .unwrap_or(std::path::Path::new(".")),
+        );
+        return Ok(dir.display().to_string());
+    }
+    preset
+        .as_deref()
+        .and_then(hub_id)
+        .map(str::to_string)
+        .ok_or_else(|| {
+            HttpError::Settings(format!(
+                "launch: no {what} path: set [backend.http.launch] {what}_path"
+            ))
+        })
 }
 
 /// The command line and environment that serve `exp` at `target`.
@@ -102,31 +136,11 @@ pub fn command_line(
     l: &LaunchSettings,
     target: &Target,
 ) -> Result<(Vec<String>, BTreeMap<String, String>), HttpError> {
-    let path_of = |explicit: &Option<String>,
-                   config: &Option<String>,
-                   preset: &Option<String>,
-                   what: &str| {
-        if let Some(p) = explicit {
-            return Ok(p.clone());
-        }
-        if let Some(c) = config {
-            let dir = exp.base_dir.join(
-                std::path::Path::new(c)
-                    .parent()
-                    .unwrap_or(std::path::Path::new(".")),
-            );
-            return Ok(dir.display().to_string());
-        }
-        preset
-            .as_deref()
-            .and_then(hub_id)
-            .map(str::to_string)
-            .ok_or_else(|| {
-                HttpError::Settings(format!(
-                    "launch: no {what} path: set [backend.http.launch] {what}_path"
-                ))
-            })
-    };
+    let path_of =
+        |explicit: &Option<String>,
+         config: &Option<String>,
+         preset: &Option<String>,
+         what: &str| checkpoint_path(exp, explicit, config, preset, what);
     let f = &exp.file;
     let mut argv: Vec<String> = l
         .command
@@ -340,6 +354,13 @@ pub fn free_port(host: &str) -> Result<u16, HttpError> {
 /// The launch line `kbench sglang-args` prints: `[backend.http.launch]` if the file has it,
 /// else SGLang's own launcher; the url's host and port, else SGLang's 127.0.0.1:30000.
 pub fn sglang_command(exp: &Experiment) -> Result<String, HttpError> {
+    if exp.engine.kind == kbench_core::spec::EngineKind::Vllm && exp.spec.is_speculative() {
+        return Err(HttpError::Settings(format!(
+            "{}: the file simulates vLLM's speculative decoding (method `{}`); `kbench vllm-args` prints its launch line",
+            exp.path.display(),
+            exp.spec.algorithm.vllm_method().unwrap_or("none")
+        )));
+    }
     let settings = crate::settings::HttpSettings::of(exp)?;
     let target = match &settings.url {
         Some(_) => settings.target()?,

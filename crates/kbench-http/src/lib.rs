@@ -15,6 +15,7 @@ pub mod prometheus;
 pub mod request;
 pub mod server;
 pub mod settings;
+pub mod vllm_args;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

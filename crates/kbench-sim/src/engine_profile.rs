@@ -65,6 +65,18 @@ pub struct HostSection {
     /// `admission_per_request_us` it delays the request, not the batch.
     #[serde(default = "zero_tokenize")]
     pub tokenize_per_token_us: Param,
+    /// vLLM's CPU n-gram proposer (vllm/v1/spec_decode/ngram_proposer.py, numba, one
+    /// thread): its suffix match per request per step, microseconds; serial with the step.
+    #[serde(default = "ngram_prior")]
+    pub ngram_per_request_us: Param,
+}
+
+fn ngram_prior() -> Param {
+    Param::new(
+        20.0,
+        Provenance::Prior,
+        "n-gram lookup per request per step: a numba KMP scan of a few thousand tokens plus the Python list hand-off (no measurement yet)",
+    )
 }
 
 fn zero_frontend() -> Param {
@@ -197,6 +209,7 @@ param_table!(
     "host.frontend_per_chunk_us" => host.frontend_per_chunk_us,
     "host.admission_per_request_us" => host.admission_per_request_us,
     "host.tokenize_per_token_us" => host.tokenize_per_token_us,
+    "host.ngram_per_request_us" => host.ngram_per_request_us,
     "kernels.moe_scale" => kernels.moe_scale,
     "kernels.moe_prefill_scale" => kernels.moe_prefill_scale,
     "kernels.attention_scale" => kernels.attention_scale,

@@ -181,9 +181,12 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
     })
 }
 
-/// SGLang's `decode_mem_cache_buf_multiplier`.
+/// SGLang's `decode_mem_cache_buf_multiplier`; for a chain it equals vLLM's 1 + K slots
+/// plus K lookahead (`num_lookahead_tokens`, GPU drafters only: n-gram writes no draft KV).
 pub fn decode_slots_per_request(s: &SpecConfig) -> u32 {
-    if s.is_speculative() {
+    if s.is_speculative() && !s.algorithm.drafts_on_gpu() {
+        s.shape.num_draft_tokens
+    } else if s.is_speculative() {
         s.shape.num_draft_tokens + s.shape.topk * s.shape.num_steps
     } else {
         1

@@ -32,7 +32,7 @@ pub mod profile;
 mod sched;
 pub mod sim;
 
-pub use cost::{CostModel, PassBreakdown, PassKind, RoundBreakdown};
+pub use cost::{CostModel, PassBreakdown, PassKind, RoundBreakdown, VllmStep};
 pub use engine_profile::EngineProfile;
 pub use error::SimError;
 pub use open::{acceptance_for, open};

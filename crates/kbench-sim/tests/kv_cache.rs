@@ -287,7 +287,7 @@ fn engine_settings_that_do_not_apply_are_refused() {
         (
             "[engine]\nname = \"vllm\"",
             eagle,
-            "without speculation so far",
+            "are SGLang's; vLLM's --speculative-config names a `method`",
         ),
         (
             "[engine]\nname = \"sglang\"\nmax_num_batched_tokens = 8",

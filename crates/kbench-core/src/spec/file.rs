@@ -174,6 +174,39 @@ pub enum Algorithm {
     None,
     #[serde(rename = "EAGLE3", alias = "eagle3")]
     Eagle3,
+    /// vLLM's `eagle`: an EAGLE-1 head over the target's last hidden state (files name it
+    /// with `method`, never `algorithm`).
+    #[serde(rename = "eagle", skip_deserializing)]
+    Eagle,
+    /// vLLM's `mtp`: the checkpoint's own multi-token-prediction layer.
+    #[serde(rename = "mtp", skip_deserializing)]
+    Mtp,
+    /// vLLM's `ngram`: prompt lookup on the host, 0..K tokens per step.
+    #[serde(rename = "ngram", skip_deserializing)]
+    Ngram,
+}
+
+impl Algorithm {
+    /// Drafts with a separate EAGLE head (a `[draft]` section).
+    pub fn uses_draft_head(self) -> bool {
+        matches!(self, Algorithm::Eagle3 | Algorithm::Eagle)
+    }
+
+    /// Runs a draft model on the GPU (EAGLE heads and MTP layers; n-gram runs on the host).
+    pub fn drafts_on_gpu(self) -> bool {
+        matches!(self, Algorithm::Eagle3 | Algorithm::Eagle | Algorithm::Mtp)
+    }
+
+    /// The name vLLM's `--speculative-config` gives the method.
+    pub fn vllm_method(self) -> Option<&'static str> {
+        match self {
+            Algorithm::None => None,
+            Algorithm::Eagle3 => Some("eagle3"),
+            Algorithm::Eagle => Some("eagle"),
+            Algorithm::Mtp => Some("mtp"),
+            Algorithm::Ngram => Some("ngram"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -200,6 +233,18 @@ pub struct SpeculativeSection {
     /// `greedy` (default), `target_only` (SGLang's tree sampling) or `exact` (lossless).
     #[serde(default)]
     pub verify: Option<String>,
+    /// vLLM (`--speculative-config`): `eagle3`, `eagle`, `mtp` or `ngram`.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// vLLM: tokens drafted per step, K.
+    #[serde(default)]
+    pub num_speculative_tokens: Option<u32>,
+    /// vLLM `ngram`: the shortest and longest suffix looked up in the prompt (5 and 5 unless
+    /// set; one set copies it to the other).
+    #[serde(default)]
+    pub prompt_lookup_min: Option<u32>,
+    #[serde(default)]
+    pub prompt_lookup_max: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -204,9 +204,13 @@ fn override_keys(overrides: &[String]) -> std::collections::BTreeMap<String, tom
 /// A variant (or `--set`) that sets `speculative.algorithm = "none"` is the file without
 /// speculation.
 fn turns_speculation_off(set: &std::collections::BTreeMap<String, toml::Value>) -> bool {
-    set.get("speculative.algorithm")
-        .and_then(|v| v.as_str())
-        .is_some_and(|a| a.eq_ignore_ascii_case("none"))
+    ["speculative.algorithm", "speculative.method"]
+        .iter()
+        .any(|k| {
+            set.get(*k)
+                .and_then(|v| v.as_str())
+                .is_some_and(|a| a.eq_ignore_ascii_case("none"))
+        })
 }
 
 /// Drops the file's speculative settings that only mean something with speculation on
@@ -225,10 +229,21 @@ fn clear_speculative_keys(
         "num_draft_tokens",
         "spec_v2",
         "disable_batch_threshold",
+        "num_speculative_tokens",
+        "prompt_lookup_min",
+        "prompt_lookup_max",
     ] {
         if !set.contains_key(&format!("speculative.{key}")) {
             spec.remove(key);
         }
+    }
+    // vLLM's `method = "none"` is no method at all (vLLM has no such name)
+    if set
+        .get("speculative.method")
+        .and_then(|v| v.as_str())
+        .is_some_and(|m| m.eq_ignore_ascii_case("none"))
+    {
+        spec.remove("method");
     }
 }
 

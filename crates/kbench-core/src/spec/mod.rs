@@ -5,6 +5,7 @@ mod file;
 mod load;
 mod resolve;
 mod speculative;
+mod vllm_speculative;
 mod workload;
 
 pub use error::{SourceSpan, SpecError};
@@ -16,7 +17,8 @@ pub use resolve::{
     Experiment, HardwareRef, DEFAULT_CUDA_GRAPH_MAX_BS, DEFAULT_MAX_RUNNING_REQUESTS,
     SPEC_DEFAULT_MAX_RUNNING_REQUESTS,
 };
-pub use speculative::{validate_speculative, RuleViolation, SpecConfig, VerifyMethod};
+pub use speculative::{validate_speculative, NgramWindow, RuleViolation, SpecConfig, VerifyMethod};
+pub use vllm_speculative::{validate_vllm_speculative, DEFAULT_PROMPT_LOOKUP};
 pub use workload::{
     ChunkedPrefill, EngineKind, EngineProfileRef, EngineSettings, KvCacheDtype, KvSettings,
     RequestLengths, Workload, DEFAULT_MAX_PREFILL_TOKENS,

@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::error::SpecError;
 use super::file::{Algorithm, ExperimentFile};
 use super::speculative::{validate_speculative, SpecConfig};
+use super::vllm_speculative::validate_vllm_speculative;
 use super::workload::{EngineSettings, KvSettings, Workload};
 use crate::arch::{DraftArch, ModelArch};
 
@@ -113,18 +114,39 @@ pub(crate) fn resolve(
         )),
     };
 
-    let spec = validate_speculative(&file.speculative).map_err(|v| SpecError::Invalid {
+    // The engine decides whose speculative keys and rules apply.
+    let vllm = file.engine.as_ref().is_some_and(|e| e.name == "vllm");
+    let spec = if vllm {
+        validate_vllm_speculative(&file.speculative, model.mtp_layers)
+    } else {
+        validate_speculative(&file.speculative)
+    }
+    .map_err(|v| SpecError::Invalid {
         path: path.into(),
         rule: v.rule,
         message: v.message,
         fix: v.fix,
     })?;
+    let mut early_notes = Vec::new();
+    if !spec.algorithm.uses_draft_head() && file.draft.is_some() && spec.is_speculative() {
+        early_notes.push(format!(
+            "[draft] unused: method `{}` drafts without an EAGLE head",
+            spec.algorithm.vllm_method().unwrap_or("none")
+        ));
+    }
 
-    let draft = if spec.algorithm == Algorithm::Eagle3 {
+    let draft = if spec.algorithm.uses_draft_head() {
         let section = file.draft.clone().ok_or_else(|| {
             invalid(
                 "draft",
-                "speculative.algorithm = \"EAGLE3\" needs a [draft] section".into(),
+                if vllm {
+                    format!(
+                        "speculative.method = \"{}\" needs a [draft] section (vLLM's `model` key: the EAGLE head)",
+                        spec.algorithm.vllm_method().unwrap_or("eagle3")
+                    )
+                } else {
+                    "speculative.algorithm = \"EAGLE3\" needs a [draft] section".into()
+                },
                 "add [draft] with `preset = \"kimi-k2.5-eagle3\"` (or a config path)",
             )
         })?;
@@ -222,7 +244,7 @@ pub(crate) fn resolve(
             "use a tp_size that divides the number of attention heads",
         ));
     }
-    let mut notes = Vec::new();
+    let mut notes = early_notes;
     let max_running_requests = match s.max_running_requests {
         Some(0) => {
             return Err(invalid(
@@ -232,7 +254,7 @@ pub(crate) fn resolve(
             ))
         }
         Some(n) => n,
-        None if spec.algorithm == Algorithm::Eagle3 => {
+        None if spec.algorithm == Algorithm::Eagle3 && !vllm => {
             notes.push(format!(
                 "max_running_requests unset with speculation: SGLang caps it at {SPEC_DEFAULT_MAX_RUNNING_REQUESTS}"
             ));
@@ -335,12 +357,7 @@ pub(crate) fn resolve(
     let w = &file.workload;
     let workload = super::workload::resolve_workload(w, &model, path, base_dir, &invalid)?;
     let kv = super::workload::resolve_kv(s, &invalid)?;
-    let engine = super::workload::resolve_engine(
-        file.engine.as_ref(),
-        spec.algorithm == Algorithm::Eagle3,
-        base_dir,
-        &invalid,
-    )?;
+    let engine = super::workload::resolve_engine(file.engine.as_ref(), base_dir, &invalid)?;
     let input_len = workload.prompt_bounds();
     let longest_output = workload.lengths.output_bounds().1.min(w.max_tokens);
     // the most requests a level holds unfinished at once: its clients (or all it sends), a

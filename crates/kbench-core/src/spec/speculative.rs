@@ -43,6 +43,16 @@ pub struct SpecConfig {
     /// Settings SGLang itself rejects, run because the file allowed it.
     pub unsupported: Vec<String>,
     pub verify: VerifyMethod,
+    /// vLLM `ngram`: the prompt-lookup window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ngram: Option<NgramWindow>,
+}
+
+/// The suffix lengths vLLM's n-gram proposer looks up (`prompt_lookup_min..=max`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct NgramWindow {
+    pub min: u32,
+    pub max: u32,
 }
 
 impl SpecConfig {
@@ -58,6 +68,7 @@ impl SpecConfig {
             disable_batch_threshold: None,
             unsupported: Vec::new(),
             verify: VerifyMethod::Greedy,
+            ngram: None,
         }
     }
 
@@ -104,6 +115,26 @@ fn violation(rule: &'static str, message: String, fix: impl Into<String>) -> Rul
 /// Applies SGLang's rules; `allow_unsupported` turns the ones kbench can still simulate
 /// (v2 with trees) into recorded notes instead of errors.
 pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleViolation> {
+    let vllm_keys: Vec<&str> = [
+        ("method", s.method.is_some()),
+        ("num_speculative_tokens", s.num_speculative_tokens.is_some()),
+        ("prompt_lookup_min", s.prompt_lookup_min.is_some()),
+        ("prompt_lookup_max", s.prompt_lookup_max.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, on)| on.then_some(k))
+    .collect();
+    if !vllm_keys.is_empty() {
+        return Err(violation(
+            "speculative settings for SGLang",
+            format!(
+                "{} {} vLLM's --speculative-config keys; this file simulates SGLang",
+                vllm_keys.join(", "),
+                if vllm_keys.len() == 1 { "is" } else { "are" }
+            ),
+            "set [engine] name = \"vllm\", or use SGLang's algorithm = \"EAGLE3\" with num_steps, eagle_topk, num_draft_tokens",
+        ));
+    }
     let verify = match s.verify.as_deref() {
         None => VerifyMethod::Greedy,
         Some(name) => VerifyMethod::parse(name).ok_or_else(|| {
@@ -224,6 +255,7 @@ pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleVi
         disable_batch_threshold: s.disable_batch_threshold,
         unsupported,
         verify,
+        ngram: None,
     })
 }
 

@@ -324,7 +324,6 @@ pub struct EngineSettings {
 
 pub(crate) fn resolve_engine(
     e: Option<&super::file::EngineSection>,
-    speculative: bool,
     base_dir: &std::path::Path,
     invalid: Invalid,
 ) -> Result<EngineSettings, SpecError> {
@@ -354,13 +353,6 @@ pub(crate) fn resolve_engine(
             "engine.max_num_batched_tokens",
             "max_num_batched_tokens is vLLM's; SGLang's prefill budget is server.max_prefill_tokens / chunked_prefill_size".into(),
             "set engine.name = \"vllm\", or use the server keys",
-        ));
-    }
-    if kind == EngineKind::Vllm && speculative {
-        return Err(invalid(
-            "engine.name",
-            "the vllm engine is simulated without speculation so far (its EAGLE-3 chain semantics are not modelled yet)".into(),
-            "set speculative.algorithm = \"none\", or simulate SGLang",
         ));
     }
     let profile = match (&e.preset, &e.profile) {

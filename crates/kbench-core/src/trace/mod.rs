@@ -20,7 +20,7 @@ pub use error::TraceError;
 pub use io::{convert, read, read_bytes, write, TraceForm};
 pub use jsonl::{from_jsonl, to_jsonl};
 pub use live::{from_rounds, live_provenance, LiveRequest};
-pub use presets::{preset, Preset, PRESETS};
+pub use presets::{preset, ChainPreset, Preset, CHAIN_PRESETS, PRESETS};
 pub use quant::ProbEncoding;
 pub use replay::{replay_commit, replay_commit_reference, OffPath, TraceAcceptance};
 pub use stats::{accept_length, standard_shapes, stats, AcceptLength, DepthStats, TraceStats};
@@ -430,6 +430,7 @@ mod content_check_tests {
                 draft: "d".into(),
                 dataset: "test".into(),
                 temperature: 0.0,
+                match_rate: None,
             };
             let trace = synth(&params).unwrap();
             let mut faults = 0;

@@ -252,6 +252,8 @@ pub struct TraceAcceptance {
     /// request and round, and once for every num_draft_tokens of its shape. Clones share
     /// it (a search's candidates that differ in draft tokens or scheduling do).
     memo: Option<Arc<PathRankMemo>>,
+    /// An n-gram trace's share of steps that find a prompt match (its synth `match_rate`).
+    match_rate: Option<f64>,
 }
 
 /// Per recorded (sequence, position): whether its ranks are in, and the ranks. Replay is a
@@ -377,11 +379,18 @@ impl TraceAcceptance {
                 message: "the trace has no sequences".into(),
             });
         }
+        let match_rate = trace
+            .header
+            .provenance
+            .params
+            .get("match_rate")
+            .and_then(serde_json::Value::as_f64);
         Ok(TraceAcceptance {
             trace,
             seed,
             off_path: OffPath::Proxy,
             memo: None,
+            match_rate,
         })
     }
 
@@ -459,6 +468,28 @@ impl TraceAcceptance {
 }
 
 impl AcceptanceModel for TraceAcceptance {
+    /// With a `match_rate` (n-gram traces) a step matches with that probability, drawn from
+    /// (seed, request, position); a match proposes the full K.
+    fn round_proposal(&self, request_id: u64, position: u32, spec: &SpecConfig) -> u32 {
+        let k = spec.shape.num_steps;
+        match self.match_rate {
+            Some(rate) if spec.algorithm == crate::spec::Algorithm::Ngram => {
+                let draw = derive_seed(
+                    self.seed,
+                    "ngram-match",
+                    (request_id << 32) ^ position as u64,
+                );
+                let u = (draw >> 11) as f64 / (1u64 << 53) as f64;
+                if u < rate {
+                    k
+                } else {
+                    0
+                }
+            }
+            _ => k,
+        }
+    }
+
     /// A spec that `check` would reject is clamped to the recorded depth and topk rather
     /// than failing mid-run.
     fn round_commit(&self, request_id: u64, position: u32, spec: &SpecConfig) -> u32 {

@@ -48,6 +48,11 @@ pub struct SynthParams {
     pub draft: String,
     pub dataset: String,
     pub temperature: f64,
+    /// vLLM n-gram traces: the share of steps whose prompt lookup finds a match and so
+    /// proposes drafts (the others propose none and decode one token). Absent: every step
+    /// drafts (EAGLE, MTP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_rate: Option<f64>,
 }
 
 /// Keys of `SynthParams` that go to the provenance fields instead of `params`.
@@ -81,6 +86,7 @@ impl SynthParams {
         ];
         for (name, v) in unit
             .into_iter()
+            .chain(self.match_rate.map(|m| ("match_rate", m)))
             .chain(self.accept.iter().map(|&a| ("accept", a)))
         {
             if !(0.0..=1.0).contains(&v) {

@@ -186,6 +186,16 @@ pub struct CostModel {
     cache: RefCell<BTreeMap<(PassKind, u32, u32), Rc<PassPrice>>>,
 }
 
+/// What a vLLM step decodes: requests, the tokens they verify (1 + drafts each), the
+/// requests the proposer drafts for afterwards, and the decodes' mean context.
+#[derive(Debug, Clone, Copy)]
+pub struct VllmStep {
+    pub decode_requests: u32,
+    pub decode_tokens: u32,
+    pub drafting_requests: u32,
+    pub ctx: f64,
+}
+
 /// Part of a prefill forward: `new_tokens` computed now after `cached` tokens of the same
 /// request already in the KV cache (an earlier chunk, a cached prefix, a retracted
 /// request's kept output).
@@ -405,6 +415,10 @@ impl CostModel {
     fn round_passes(&self, bs: u32, spec: Option<&SpecConfig>) -> Vec<(PassKind, u32, u32)> {
         match spec {
             None => vec![(PassKind::TargetDecode, bs, bs)],
+            Some(s) if !s.algorithm.drafts_on_gpu() => {
+                // n-gram: the host proposes; the GPU only verifies
+                vec![(PassKind::TargetVerify, bs * s.shape.num_draft_tokens, bs)]
+            }
             Some(s) => {
                 let mut v = Vec::new();
                 for _ in 1..s.shape.num_steps {
@@ -456,8 +470,14 @@ impl CostModel {
                 } else {
                     // Spec v1 runs with the overlap scheduler disabled and walks every request
                     // in Python after each verify (accepted tokens, KV frees, finish checks).
+                    // vLLM's CPU n-gram proposer runs inside the step too, request by request.
+                    let proposer = if s.ngram.is_some() {
+                        b * self.engine.host.ngram_per_request_us.value
+                    } else {
+                        0.0
+                    };
                     (
-                        round + b * self.engine.host.spec_per_request_us.value,
+                        round + b * self.engine.host.spec_per_request_us.value + proposer,
                         "serial",
                         0.0,
                     )
@@ -524,25 +544,95 @@ impl CostModel {
         ctx: f64,
         parts: &[PrefillPart],
     ) -> Result<u64, SimError> {
-        if parts.is_empty() {
-            return self.round_ns(decode_bs, ctx, None);
+        self.vllm_step_ns(
+            &VllmStep {
+                decode_requests: decode_bs,
+                decode_tokens: decode_bs,
+                drafting_requests: 0,
+                ctx,
+            },
+            parts,
+            None,
+        )
+    }
+
+    /// A vLLM V1 step with speculation (vllm/v1/core/sched/scheduler.py, the EAGLE
+    /// proposer): the decode requests' `decode_tokens` (1 + their drafts each) are verified
+    /// in the target forward beside the prefill `parts`; with a GPU draft the proposer then
+    /// runs one pass over the target-shaped batch and K - 1 one-token passes over the
+    /// `drafting_requests` (every request that sampled a token). A uniform decode step (no
+    /// parts, every request verifying K + 1 tokens) is exactly a chain round.
+    pub fn vllm_step_ns(
+        &self,
+        step: &VllmStep,
+        parts: &[PrefillPart],
+        spec: Option<&SpecConfig>,
+    ) -> Result<u64, SimError> {
+        let VllmStep {
+            decode_requests: bs,
+            decode_tokens,
+            drafting_requests,
+            ctx,
+        } = *step;
+        let drafted = decode_tokens > bs;
+        let uniform = parts.is_empty()
+            && match spec {
+                Some(s) => decode_tokens == bs * (s.shape.num_steps + 1),
+                None => decode_tokens == bs,
+            };
+        if uniform && bs > 0 {
+            return self.round_ns(bs, ctx, spec.filter(|_| drafted));
         }
         let chunk: u32 = parts.iter().map(|p| p.new_tokens).sum();
-        let mut gpu =
-            self.pass_time(
-                PassKind::TargetPrefill,
-                chunk + decode_bs,
-                parts.len() as u32,
-                0.0,
-            )?
-            .2 + self.cached_context_attention_us(parts, false)?;
-        if decode_bs > 0 {
-            let d = self.price(PassKind::TargetDecode, decode_bs, decode_bs, ctx)?;
-            let base = d.attention_base();
-            gpu += (base + (d.attention_at(ctx) - base) * self.kv_read_scale)
-                * self.profile.efficiency.in_model.value;
+        let mut gpu = 0.0;
+        if !parts.is_empty() {
+            gpu +=
+                self.pass_time(
+                    PassKind::TargetPrefill,
+                    chunk + decode_tokens,
+                    parts.len() as u32,
+                    0.0,
+                )?
+                .2 + self.cached_context_attention_us(parts, false)?;
         }
-        let (host, combine, sync) = self.host_round(decode_bs, None);
+        if bs > 0 {
+            let kind = if drafted {
+                PassKind::TargetVerify
+            } else {
+                PassKind::TargetDecode
+            };
+            if parts.is_empty() {
+                gpu += self.pass_time(kind, decode_tokens, bs, ctx)?.2;
+            } else {
+                let d = self.price(kind, decode_tokens, bs, ctx)?;
+                let base = d.attention_base();
+                gpu += (base + (d.attention_at(ctx) - base) * self.kv_read_scale)
+                    * self.profile.efficiency.in_model.value;
+            }
+        }
+        let spec = spec.filter(|s| s.is_speculative());
+        if let Some(s) = spec.filter(|s| s.algorithm.drafts_on_gpu() && drafting_requests > 0) {
+            let rows = chunk + decode_tokens;
+            let first = if parts.is_empty() {
+                PassKind::DraftExtend
+            } else {
+                PassKind::DraftPrefill
+            };
+            gpu += self
+                .pass_time(first, rows.max(1), bs + parts.len() as u32, ctx)?
+                .2;
+            for _ in 1..s.shape.num_steps {
+                gpu += self
+                    .pass_time(
+                        PassKind::DraftDecode,
+                        drafting_requests,
+                        drafting_requests,
+                        ctx,
+                    )?
+                    .2;
+            }
+        }
+        let (host, combine, sync) = self.host_round(bs, spec);
         let total = combine_round(gpu, host, combine, sync)
             + parts.len() as f64 * self.engine.host.prefill_per_request_us.value;
         Ok(to_ns(total))

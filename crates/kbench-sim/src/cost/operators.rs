@@ -3,7 +3,7 @@
 //! layers, then routed and shared experts) and logits head. Each block is priced once per
 //! layer kind and multiplied by its layer count.
 
-use kbench_core::arch::ArchFamily;
+use kbench_core::arch::{ArchFamily, ModelArch};
 
 use super::{Acc, CostModel, PassKind};
 use crate::error::SimError;
@@ -51,10 +51,25 @@ impl CostModel {
             },
             why: &why,
         };
-        if kind.is_draft() {
-            self.draft_layer(pass, ctx, acc)
-        } else {
-            self.target_layers(pass, ctx, acc)
+        match (kind.is_draft(), &self.draft) {
+            (false, _) => self.target_layers(&self.model, pass, ctx, acc),
+            (true, Some(_)) => self.draft_layer(pass, ctx, acc),
+            // vLLM's `mtp`: the checkpoint's MTP module is one more target decoder layer
+            // (after its eh_proj over [embedding; hidden]) with the shared head
+            (true, None) if self.model.mtp_layers > 0 => {
+                let mut layer = self.model.clone();
+                layer.num_layers = 1;
+                if let Some(moe) = layer.moe.as_mut() {
+                    moe.first_k_dense_replace = 0;
+                }
+                let h = layer.hidden_size;
+                let p = self.pricer();
+                acc.add("mtp.eh_proj", 1.0, p.gemm(pass.t, h, 2 * h, &why)?, 1);
+                self.target_layers(&layer, pass, ctx, acc)
+            }
+            (true, None) => Err(SimError::Model(
+                "a draft pass needs a draft architecture or a model with MTP layers".into(),
+            )),
         }
     }
 
@@ -146,13 +161,18 @@ impl CostModel {
         Ok(())
     }
 
-    fn target_layers(&self, pass: Pass, ctx: f64, acc: &mut Acc) -> Result<(), SimError> {
+    fn target_layers(
+        &self,
+        m: &ModelArch,
+        pass: Pass,
+        ctx: f64,
+        acc: &mut Acc,
+    ) -> Result<(), SimError> {
         let p = self.pricer();
         let tp = self.tp;
         let Pass {
             t, logit_rows, why, ..
         } = pass;
-        let m = &self.model;
         let h = m.hidden_size;
         let act_bytes = t as f64 * h as f64 * 2.0 * 2.0;
         acc.add(
@@ -168,14 +188,14 @@ impl CostModel {
             1,
         );
         let layers = m.num_layers as f64;
-        self.attention_block(pass, ctx, acc)?;
+        self.attention_block(m, pass, ctx, acc)?;
         acc.add(
             "all_reduce",
             layers,
             self.all_reduce_kernel(p.all_reduce(t as f64 * h as f64, why)?),
             1,
         );
-        self.feed_forward(pass, acc)?;
+        self.feed_forward(m, pass, acc)?;
         acc.add(
             "all_reduce",
             layers,
@@ -194,7 +214,13 @@ impl CostModel {
 
     /// The attention block, identical in every layer: norms, projections, RoPE, attention
     /// (MLA absorbed for decode and verify, up-projected for prefill; or MHA), o_proj.
-    fn attention_block(&self, pass: Pass, ctx: f64, acc: &mut Acc) -> Result<(), SimError> {
+    fn attention_block(
+        &self,
+        m: &ModelArch,
+        pass: Pass,
+        ctx: f64,
+        acc: &mut Acc,
+    ) -> Result<(), SimError> {
         let p = self.pricer();
         let tp = self.tp;
         let Pass {
@@ -205,7 +231,6 @@ impl CostModel {
             why,
             ..
         } = pass;
-        let m = &self.model;
         let h = m.hidden_size;
         let act_bytes = t as f64 * h as f64 * 2.0 * 2.0;
         let layers = m.num_layers as f64;
@@ -328,13 +353,12 @@ impl CostModel {
 
     /// The feed-forward: dense layers, then MoE layers (router, top-k, routed experts, shared
     /// experts).
-    fn feed_forward(&self, pass: Pass, acc: &mut Acc) -> Result<(), SimError> {
+    fn feed_forward(&self, m: &ModelArch, pass: Pass, acc: &mut Acc) -> Result<(), SimError> {
         let p = self.pricer();
         let tp = self.tp;
         let Pass {
             t, prefill, why, ..
         } = pass;
-        let m = &self.model;
         let h = m.hidden_size;
         let moe_layers = m.num_moe_layers() as f64;
         let dense_layers = m.num_layers as f64 - moe_layers;

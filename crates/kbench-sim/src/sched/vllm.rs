@@ -1,6 +1,8 @@
-//! vLLM V1's scheduler in the simulator: every step spends one token budget
-//! (`max_num_batched_tokens`) on the running requests' decodes first, then on prefill
-//! chunks of the requests still prefilling, then on new requests, all in one forward. KV
+//! vLLM V1's scheduler in the simulator (vllm/v1/core/sched/scheduler.py, v0.11-v0.34):
+//! every step spends one token budget (`max_num_batched_tokens`) on the running requests'
+//! decodes first (1 + their drafts each with speculation, drafts truncated when the budget
+//! runs short), then on prefill chunks of the requests still prefilling, then on new
+//! requests, all in one forward; the proposer drafts for the next step after it. KV
 //! slots are taken as tokens are computed, with no reservation for output; when a decode
 //! cannot get its slot the most recently admitted request is preempted (its KV freed, to be
 //! recomputed from the front of the queue), as vLLM's FCFS policy does.
@@ -8,7 +10,7 @@
 use kbench_core::backend::BackendError;
 
 use super::Scheduler;
-use crate::cost::PrefillPart;
+use crate::cost::{PrefillPart, VllmStep};
 use crate::sim::{fail, record_chunk, Live, SimSession};
 
 pub(crate) struct Vllm;
@@ -38,16 +40,42 @@ fn preempt_latest(s: &mut SimSession<'_>) -> bool {
 }
 
 fn step(s: &mut SimSession<'_>) -> Result<(), BackendError> {
-    while s.free_slots() < s.running.len() as u64 {
+    // Each running request needs its slots for this step (1 + K drafts, plus K lookahead
+    // for a GPU drafter); without them the latest admitted is preempted, and a step that
+    // preempted admits nobody (vLLM's `preempted_reqs` check).
+    let per_request = s.b.kv.decode_slots_per_request as u64;
+    let mut preempted = false;
+    while s.free_slots() < s.running.len() as u64 * per_request {
         if !preempt_latest(s) {
             break;
         }
+        preempted = true;
     }
+    let speculate = s.b.speculates_at(s.running.len() as u32);
     let mut budget = s.b.max_num_batched_tokens;
-    let decode_bs = (s.running.len() as u32).min(budget);
-    budget -= decode_bs;
+    // Running requests first, in order, each asking for 1 + its drafts; a short budget
+    // truncates the drafts of the last one scheduled.
+    let mut scheduled: Vec<u32> = Vec::with_capacity(s.running.len());
+    for r in &s.running {
+        if budget == 0 {
+            break;
+        }
+        let drafts = match (&s.b.acceptance, speculate) {
+            (Some(a), true) => a
+                .round_proposal(r.req.id, r.output(), &s.b.spec)
+                .min(s.b.spec.shape.num_steps),
+            _ => 0,
+        };
+        let n = (1 + drafts).min(budget);
+        scheduled.push(n);
+        budget -= n;
+    }
+    let decode_bs = scheduled.len() as u32;
+    let decode_tokens: u32 = scheduled.iter().sum();
     // slots the decodes will take at the end of the step
-    let mut free = s.free_slots().saturating_sub(decode_bs as u64);
+    let mut free = s
+        .free_slots()
+        .saturating_sub(decode_bs as u64 * per_request);
     let mut parts = Vec::new();
     let mut take = 0u32;
     for r in s.prefilling.iter_mut() {
@@ -71,7 +99,10 @@ fn step(s: &mut SimSession<'_>) -> Result<(), BackendError> {
         free -= n as u64 + (r.prefilled == r.fill_len()) as u64;
         budget -= n;
     }
-    while budget > 0 && s.running.len() + s.prefilling.len() < s.b.max_running as usize {
+    while !preempted
+        && budget > 0
+        && s.running.len() + s.prefilling.len() < s.b.max_running as usize
+    {
         let Some(next) = s.waiting.front() else {
             break;
         };
@@ -106,22 +137,54 @@ fn step(s: &mut SimSession<'_>) -> Result<(), BackendError> {
         .map(|r| (r.req.input_len + r.output()) as f64)
         .sum::<f64>()
         / decode_bs.max(1) as f64;
-    let t =
-        s.b.cost
-            .mixed_step_ns(decode_bs, ctx, &parts)
-            .map_err(fail)?;
-    s.now += t;
     let (done, still): (Vec<Live>, Vec<Live>) = std::mem::take(&mut s.prefilling)
         .into_iter()
         .partition(|r| r.prefilled == r.fill_len());
     s.prefilling = still;
+    let spec = speculate.then_some(&s.b.spec);
+    let t =
+        s.b.cost
+            .vllm_step_ns(
+                &VllmStep {
+                    decode_requests: decode_bs,
+                    decode_tokens,
+                    drafting_requests: decode_bs + done.len() as u32,
+                    ctx,
+                },
+                &parts,
+                spec,
+            )
+            .map_err(fail)?;
+    s.now += t;
+    // accepted drafts + 1 (the bonus or the corrected token), within what was scheduled
+    let commits: Vec<u32> = s.running[..decode_bs as usize]
+        .iter()
+        .zip(&scheduled)
+        .map(|(r, &n)| {
+            let want = match (&s.b.acceptance, n > 1) {
+                (Some(a), true) => a.round_commit(r.req.id, r.output(), &s.b.spec).clamp(1, n),
+                _ => 1,
+            };
+            want.min(r.req.output_len() - r.output())
+        })
+        .collect();
     let visible = s.deliver(decode_bs + done.len() as u32);
-    for r in s.running[..decode_bs as usize].iter_mut() {
-        r.token_times.push(visible);
-        r.kv_tokens += 1;
-        record_chunk(&mut s.chunks, r, visible, 1, false);
+    let speculative = s.b.spec.is_speculative();
+    for ((r, &n), &sched) in s.running[..decode_bs as usize]
+        .iter_mut()
+        .zip(&commits)
+        .zip(&scheduled)
+    {
+        r.token_times
+            .extend(std::iter::repeat_n(visible, n as usize));
+        r.kv_tokens += n;
+        s.kv.used += n as u64;
+        if speculative {
+            r.round_commits.push(n);
+        }
+        record_chunk(&mut s.chunks, r, visible, n, sched > 1);
     }
-    s.kv.take(decode_bs);
+    s.kv.peak = s.kv.peak.max(s.kv.used);
     for mut r in done {
         s.prompt_done(&mut r);
         r.token_times.push(visible);

@@ -1,0 +1,98 @@
+//! The `vllm serve` line an experiment file implies (`kbench vllm-args`): vLLM's own flag
+//! names (vllm/engine/arg_utils.py) and its `--speculative-config` JSON keys, so the file
+//! that predicts a vLLM deployment also launches it.
+
+use kbench_core::spec::{Algorithm, EngineKind, Experiment, KvCacheDtype};
+use serde_json::{Map, Value};
+
+use crate::error::HttpError;
+use crate::launch::{checkpoint_path, shell_line};
+use crate::settings::{HttpSettings, Target};
+
+/// vLLM's JSON for `--speculative-config`, keys in the order vLLM's docs write them.
+pub fn speculative_config(exp: &Experiment) -> Result<Option<String>, HttpError> {
+    let s = &exp.spec;
+    let Some(method) = s.algorithm.vllm_method() else {
+        return Ok(None);
+    };
+    let mut m = Map::new();
+    m.insert("method".into(), method.into());
+    if s.algorithm.uses_draft_head() {
+        let launch = HttpSettings::of(exp)?.launch.unwrap_or_default();
+        let draft = exp.file.draft.as_ref();
+        let path = checkpoint_path(
+            exp,
+            &launch.draft_model_path,
+            &draft.and_then(|d| d.config.clone()),
+            &draft.and_then(|d| d.preset.clone()),
+            "draft_model",
+        )?;
+        m.insert("model".into(), path.into());
+    }
+    m.insert("num_speculative_tokens".into(), s.shape.num_steps.into());
+    if let (Algorithm::Ngram, Some(w)) = (s.algorithm, s.ngram) {
+        m.insert("prompt_lookup_min".into(), w.min.into());
+        m.insert("prompt_lookup_max".into(), w.max.into());
+    }
+    Ok(Some(Value::Object(m).to_string()))
+}
+
+/// The `vllm serve` command line, with the url's host and port (else vLLM's 127.0.0.1:8000).
+pub fn vllm_command(exp: &Experiment) -> Result<String, HttpError> {
+    if exp.engine.kind != EngineKind::Vllm && exp.spec.is_speculative() {
+        return Err(HttpError::Settings(format!(
+            "{}: the file simulates SGLang's EAGLE ({}, {}, {}); vLLM's settings differ (a chain of num_speculative_tokens): set [engine] name = \"vllm\" with method and num_speculative_tokens, or use `kbench sglang-args`",
+            exp.path.display(),
+            exp.spec.shape.num_steps,
+            exp.spec.shape.topk,
+            exp.spec.shape.num_draft_tokens
+        )));
+    }
+    let settings = HttpSettings::of(exp)?;
+    let target = match &settings.url {
+        Some(_) => settings.target()?,
+        None => Target::parse("http://127.0.0.1:8000")?,
+    };
+    let launch = settings.launch.clone().unwrap_or_default();
+    let f = &exp.file;
+    let model = checkpoint_path(
+        exp,
+        &launch.model_path,
+        &f.model.config,
+        &f.model.preset,
+        "model",
+    )?;
+    let mut argv: Vec<String> = vec!["vllm".into(), "serve".into(), model];
+    let mut flag = |name: &str, value: String| {
+        argv.push(format!("--{name}"));
+        argv.push(value);
+    };
+    flag("host", target.host.clone());
+    flag("port", target.port.to_string());
+    flag("tensor-parallel-size", exp.tp_size.to_string());
+    if let Some(n) = f.server.max_running_requests {
+        flag("max-num-seqs", n.to_string());
+    }
+    if let Some(n) = exp.engine.max_num_batched_tokens {
+        flag("max-num-batched-tokens", n.to_string());
+    }
+    if let Some(m) = f.server.mem_fraction_static {
+        flag("gpu-memory-utilization", m.to_string());
+    }
+    if let Some(n) = f.server.cuda_graph_max_bs {
+        flag("max-cudagraph-capture-size", n.to_string());
+    }
+    match exp.kv.kv_cache_dtype {
+        KvCacheDtype::Bf16 => {}
+        KvCacheDtype::Fp8E4m3 => flag("kv-cache-dtype", "fp8_e4m3".into()),
+        KvCacheDtype::Fp8E5m2 => flag("kv-cache-dtype", "fp8_e5m2".into()),
+    }
+    if let Some(json) = speculative_config(exp)? {
+        flag("speculative-config", json);
+    }
+    if !exp.kv.prefix_caching {
+        argv.push("--no-enable-prefix-caching".into());
+    }
+    argv.extend(launch.args.iter().cloned());
+    Ok(shell_line(&argv, &launch.env))
+}
