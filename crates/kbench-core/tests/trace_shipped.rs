@@ -89,3 +89,25 @@ fn shipped_traces_are_calibrated_and_labelled() {
         println!("{}: chain {:?}\ntree {:?}", p.name, chain, tree);
     }
 }
+
+#[test]
+fn chain_traces_regenerate_and_follow_their_measured_curves() {
+    let rewrite = std::env::var_os("KBENCH_WRITE_TRACES").is_some();
+    for p in kbench_core::trace::CHAIN_PRESETS {
+        let path = traces_dir().join(p.file);
+        let trace = synth(&preset(p.name).unwrap()).unwrap();
+        if rewrite {
+            write(&trace, &path, TraceForm::Binary).unwrap();
+        }
+        let on_disk = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(on_disk == to_binary(&trace), "{} differs from its preset", p.file);
+        // a matched n-gram step follows the curve; chains follow it at every K
+        for k in [1u32, 3, 5] {
+            let al = accept_length(&trace, &TreeShape::chain(k).unwrap())
+                .unwrap()
+                .per_round;
+            let want = p.curve[k as usize - 1];
+            assert!((al - want).abs() < 0.06, "{} K={k}: {al} vs {want}", p.name);
+        }
+    }
+}
