@@ -100,7 +100,11 @@ fn chain_traces_regenerate_and_follow_their_measured_curves() {
             write(&trace, &path, TraceForm::Binary).unwrap();
         }
         let on_disk = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert!(on_disk == to_binary(&trace), "{} differs from its preset", p.file);
+        assert!(
+            on_disk == to_binary(&trace),
+            "{} differs from its preset",
+            p.file
+        );
         // a matched n-gram step follows the curve; chains follow it at every K
         for k in [1u32, 3, 5] {
             let al = accept_length(&trace, &TreeShape::chain(k).unwrap())
