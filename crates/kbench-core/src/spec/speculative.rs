@@ -104,7 +104,11 @@ pub struct RuleViolation {
     pub fix: String,
 }
 
-fn violation(rule: &'static str, message: String, fix: impl Into<String>) -> RuleViolation {
+pub(super) fn violation(
+    rule: &'static str,
+    message: String,
+    fix: impl Into<String>,
+) -> RuleViolation {
     RuleViolation {
         rule,
         message,
@@ -115,23 +119,15 @@ fn violation(rule: &'static str, message: String, fix: impl Into<String>) -> Rul
 /// Applies SGLang's rules; `allow_unsupported` turns the ones kbench can still simulate
 /// (v2 with trees) into recorded notes instead of errors.
 pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleViolation> {
-    let vllm_keys: Vec<&str> = [
+    if let Some(keys) = keys_set(&[
         ("method", s.method.is_some()),
         ("num_speculative_tokens", s.num_speculative_tokens.is_some()),
         ("prompt_lookup_min", s.prompt_lookup_min.is_some()),
         ("prompt_lookup_max", s.prompt_lookup_max.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(k, on)| on.then_some(k))
-    .collect();
-    if !vllm_keys.is_empty() {
+    ]) {
         return Err(violation(
             "speculative settings for SGLang",
-            format!(
-                "{} {} vLLM's --speculative-config keys; this file simulates SGLang",
-                vllm_keys.join(", "),
-                if vllm_keys.len() == 1 { "is" } else { "are" }
-            ),
+            format!("{keys} vLLM's --speculative-config keys; this file simulates SGLang"),
             "set [engine] name = \"vllm\", or use SGLang's algorithm = \"EAGLE3\" with num_steps, eagle_topk, num_draft_tokens",
         ));
     }
@@ -257,6 +253,16 @@ pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleVi
         verify,
         ngram: None,
     })
+}
+
+/// The keys that are set, as "a, b are" (or "a is"); None when none is.
+pub(super) fn keys_set(keys: &[(&str, bool)]) -> Option<String> {
+    let set: Vec<&str> = keys.iter().filter_map(|&(k, on)| on.then_some(k)).collect();
+    match set.len() {
+        0 => None,
+        1 => Some(format!("{} is", set[0])),
+        _ => Some(format!("{} are", set.join(", "))),
+    }
 }
 
 fn shown(v: Option<u32>) -> String {

@@ -3,7 +3,9 @@
 //! simulates `[engine] name = "vllm"`, each error quoting the rule vLLM applies.
 
 use super::file::{Algorithm, SpeculativeSection};
-use super::speculative::{NgramWindow, RuleViolation, SpecConfig, VerifyMethod};
+use super::speculative::{
+    keys_set, violation, NgramWindow, RuleViolation, SpecConfig, VerifyMethod,
+};
 use crate::tree::TreeShape;
 
 /// vLLM's default n-gram window when neither bound is set.
@@ -31,21 +33,13 @@ const MTP_ALIASES: [&str; 7] = [
     "qwen3_5_mtp",
 ];
 
-fn violation(rule: &'static str, message: String, fix: impl Into<String>) -> RuleViolation {
-    RuleViolation {
-        rule,
-        message,
-        fix: fix.into(),
-    }
-}
-
 /// Validates `[speculative]` for vLLM. MTP's default K (the checkpoint's `n_predict`) and
 /// its divisibility rule need the model, so `mtp_layers` is the target's MTP layer count.
 pub fn validate_vllm_speculative(
     s: &SpeculativeSection,
     mtp_layers: u32,
 ) -> Result<SpecConfig, RuleViolation> {
-    let sglang_keys: Vec<&str> = [
+    if let Some(keys) = keys_set(&[
         ("algorithm", s.algorithm != Algorithm::None),
         ("num_steps", s.num_steps.is_some()),
         ("eagle_topk", s.eagle_topk.is_some()),
@@ -55,17 +49,11 @@ pub fn validate_vllm_speculative(
             "disable_batch_threshold",
             s.disable_batch_threshold.is_some(),
         ),
-    ]
-    .into_iter()
-    .filter_map(|(k, on)| on.then_some(k))
-    .collect();
-    if !sglang_keys.is_empty() {
+    ]) {
         return Err(violation(
             "speculative settings for vLLM",
             format!(
-                "{} {} SGLang's; vLLM's --speculative-config names a `method` and `num_speculative_tokens`",
-                sglang_keys.join(", "),
-                if sglang_keys.len() == 1 { "is" } else { "are" }
+                "{keys} SGLang's; vLLM's --speculative-config names a `method` and `num_speculative_tokens`"
             ),
             "write method = \"eagle3\" (or eagle, mtp, ngram) and num_speculative_tokens = K",
         ));
