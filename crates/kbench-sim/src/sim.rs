@@ -417,6 +417,16 @@ impl SimSession<'_> {
         }
     }
 
+    /// A request whose whole prompt is now in the cache samples its first token, visible to
+    /// the client at `visible`.
+    pub(crate) fn first_token(&mut self, r: &mut Live, visible: Nanos) {
+        self.prompt_done(r);
+        r.token_times.push(visible);
+        r.kv_tokens += 1;
+        self.kv.take(1);
+        record_chunk(&mut self.chunks, r, visible, 1, false);
+    }
+
     /// Running requests that produced their last token leave the batch, their KV freed.
     pub(crate) fn retire_finished(&mut self) {
         let (done, running): (Vec<Live>, Vec<Live>) = std::mem::take(&mut self.running)

@@ -125,11 +125,7 @@ fn prefill(s: &mut SimSession<'_>) -> Result<bool, BackendError> {
     s.now += t;
     let visible = s.deliver(whole.len() as u32);
     for mut r in whole {
-        s.prompt_done(&mut r);
-        r.token_times.push(visible);
-        r.kv_tokens += 1;
-        s.kv.take(1);
-        record_chunk(&mut s.chunks, &r, visible, 1, false);
+        s.first_token(&mut r, visible);
         if r.done() {
             s.kv.give_back(r.kv_tokens);
             s.delivering.push(r.into_record());

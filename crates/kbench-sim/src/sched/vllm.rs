@@ -186,11 +186,7 @@ fn step(s: &mut SimSession<'_>) -> Result<(), BackendError> {
     }
     s.kv.peak = s.kv.peak.max(s.kv.used);
     for mut r in done {
-        s.prompt_done(&mut r);
-        r.token_times.push(visible);
-        r.kv_tokens += 1;
-        s.kv.take(1);
-        record_chunk(&mut s.chunks, &r, visible, 1, false);
+        s.first_token(&mut r, visible);
         s.running.push(r);
     }
     s.retire_finished();
