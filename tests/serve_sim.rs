@@ -171,3 +171,51 @@ fn sim_serves_openai_and_concurrent_streams_at_speed() {
     let want = (tokens + 29) as f64 / (rounds + openai_rounds) as f64;
     assert!((avg - want).abs() < 1e-9, "{avg} vs {want}");
 }
+
+/// kbench's own http client against the served simulator at speed 1 measures the TTFT the
+/// simulator predicts for the same experiment: closed-loop clients reach the scheduler
+/// after their last chunk, one after another, and wait for the forward in progress
+/// (docs/cost-model.md, "The client"). Plain decoding, so both run the same rounds.
+#[test]
+fn real_clients_measure_the_ttft_the_simulator_predicts() {
+    let path = format!("{}/experiments/baseline.toml", env!("CARGO_MANIFEST_DIR"));
+    let set = [
+        "benchmark.concurrency=[1, 2, 4, 8]",
+        "benchmark.requests_per_level=16",
+        "benchmark.warmup_requests=2",
+        "workload.max_tokens=16",
+    ];
+    let mut args = vec!["--sim", path.as_str(), "--speed", "1"];
+    for s in &set {
+        args.extend(["--set", s]);
+    }
+    let server = ServerProc::start(&args);
+    let mut sets: Vec<String> = set.iter().map(|s| s.to_string()).collect();
+    let offline_exp = load_experiment(std::path::Path::new(&path), &sets)
+        .unwrap()
+        .remove(0)
+        .experiment;
+    sets.push(format!("backend.http.url=\"http://{}\"", server.addr));
+    sets.push("backend.http.flush_cache=false".into());
+    let served_exp = load_experiment(std::path::Path::new(&path), &sets)
+        .unwrap()
+        .remove(0)
+        .experiment;
+    let plan = kbench_core::harness::LoadPlan::from_experiment(&offline_exp);
+    let mut progress = kbench_core::harness::NoProgress;
+    let mut http = kbench_http::open(&served_exp).unwrap();
+    let served = kbench_core::harness::run_levels(http.as_mut(), &plan, &mut progress).unwrap();
+    let mut sim = kbench_sim::SimBackend::new(&offline_exp, None).unwrap();
+    let offline = kbench_core::harness::run_levels(&mut sim, &plan, &mut progress).unwrap();
+    for (s, o) in served.iter().zip(&offline) {
+        assert_eq!(s.metrics.failed, 0, "{:?}", s.metrics.errors);
+        let (measured, predicted) = (s.metrics.mean_ttft_ms, o.metrics.mean_ttft_ms);
+        let error = predicted / measured - 1.0;
+        assert!(
+            error.abs() < 0.10,
+            "C={}: served mean TTFT {measured:.1} ms, simulated {predicted:.1} ms ({:+.1}%)",
+            s.concurrency,
+            error * 100.0
+        );
+    }
+}

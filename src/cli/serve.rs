@@ -354,7 +354,10 @@ fn sim_config(
     });
     let make_exp = exp.clone();
     let worker = SimWorker {
-        make: Box::new(move || kbench_sim::SimBackend::new(&make_exp, acceptance)),
+        make: Box::new(move || {
+            kbench_sim::SimBackend::new(&make_exp, acceptance)
+                .map(kbench_sim::SimBackend::with_real_clients)
+        }),
         speed,
         vocab: exp.model.vocab_size,
         seed: exp.file.seed,

@@ -30,6 +30,8 @@ pub enum ArchError {
     },
     #[error("model config {path}: model_type `{model_type}` is not supported (supported: llama, mistral, qwen2, deepseek_v3, kimi_k2, kimi_k25)")]
     UnsupportedModelType { path: PathBuf, model_type: String },
+    #[error("{name} is not modelled: {why}")]
+    NotModelled { name: String, why: String },
     #[error("unknown model preset `{name}` (known: {known})")]
     UnknownPreset { name: String, known: String },
     #[error("unknown draft preset `{name}` (known: {known})")]
@@ -43,6 +45,18 @@ pub enum ArchFamily {
     Dense,
     /// DeepSeek-V3 / Kimi-K2: MLA attention, sigmoid-routed MoE with shared experts.
     MlaMoe,
+    /// GQA attention with a routed-expert MoE after dense first layers (MiniMax-M3).
+    GqaMoe,
+}
+
+/// Attention that reads only some of the context's blocks (MiniMax-M3's MSA): each query
+/// attends to its top-k blocks plus its local block, so below `dense_up_to_tokens` of
+/// context every block is selected and the layer is exactly full attention.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SparseAttention {
+    pub name: String,
+    pub dense_up_to_tokens: u32,
+    pub sparse_layers: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,12 +94,35 @@ pub struct QuantInfo {
     pub symmetric: bool,
     /// Only the routed experts are quantized (Kimi-K2.5's `ignore` list keeps the rest BF16).
     pub routed_experts_only: bool,
+    /// Bytes of one scale: 2 for BF16 group scales (compressed-tensors INT4), 1 for the
+    /// E8M0 / FP8 scales of MXFP8, MXFP4 and NVFP4, 4 for FP8 block scales.
+    #[serde(default = "bf16_scale")]
+    pub scale_bytes: f64,
+    /// How the GEMMs run: weights dequantized to BF16 math (W4A16 Marlin), or the
+    /// weight format's own tensor-core rate (FP8, FP4 with dynamic activation quantization).
+    #[serde(default)]
+    pub math: QuantMath,
+}
+
+fn bf16_scale() -> f64 {
+    2.0
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuantMath {
+    /// Weight-only: dequantized in the kernel, BF16 tensor cores.
+    #[default]
+    WeightOnly,
+    /// Activations quantized too: the tensor cores of the weights' precision.
+    Native,
 }
 
 impl QuantInfo {
-    /// Bytes per weight including BF16 group scales: 0.5 + 2/32 for INT4 group-32.
+    /// Bytes per weight including the scales: 0.5 + 2/32 for INT4 group-32 with BF16
+    /// scales, 1 + 1/32 for MXFP8, 0.5 + 1/16 for NVFP4.
     pub fn bytes_per_weight(&self) -> f64 {
-        self.num_bits as f64 / 8.0 + 2.0 / self.group_size as f64
+        self.num_bits as f64 / 8.0 + self.scale_bytes / self.group_size.max(1) as f64
     }
 }
 
@@ -154,9 +191,25 @@ pub struct ModelArch {
     /// (`num_nextn_predict_layers`): what vLLM's `mtp` method drafts with.
     #[serde(default)]
     pub mtp_layers: u32,
+    #[serde(default)]
+    pub sparse_attention: Option<SparseAttention>,
 }
 
 impl ModelArch {
+    /// Bytes per weight of the GEMMs outside the routed experts (attention, dense MLP, shared
+    /// experts): BF16 unless the checkpoint quantizes every linear layer.
+    pub fn dense_bytes_per_weight(&self) -> f64 {
+        match &self.quant {
+            Some(q) if !q.routed_experts_only => q.bytes_per_weight(),
+            _ => 2.0,
+        }
+    }
+
+    /// The quantization of the linear layers outside the routed experts, if any.
+    pub fn dense_quant(&self) -> Option<&QuantInfo> {
+        self.quant.as_ref().filter(|q| !q.routed_experts_only)
+    }
+
     pub fn is_moe_layer(&self, layer: u32) -> bool {
         match &self.moe {
             Some(m) => layer >= m.first_k_dense_replace && layer % m.moe_layer_freq.max(1) == 0,
@@ -240,6 +293,12 @@ impl ModelArch {
                 tie_word_embeddings: false,
                 tensor_prefix: String::new(),
                 mtp_layers: 0,
+                sparse_attention: None,
+            }),
+            "minimax-m3" => Ok(minimax_m3()),
+            "deepseek-v4-pro" | "deepseek-v4-flash" => Err(ArchError::NotModelled {
+                name: name.into(),
+                why: DEEPSEEK_V4_REFUSAL.into(),
             }),
             other => Err(ArchError::UnknownPreset {
                 name: other.into(),
@@ -279,6 +338,12 @@ impl ModelArch {
         let family = match model_type.as_str() {
             "deepseek_v3" | "deepseek_v2" | "kimi_k2" => ArchFamily::MlaMoe,
             "llama" | "mistral" | "qwen2" => ArchFamily::Dense,
+            "deepseek_v4" => {
+                return Err(ArchError::NotModelled {
+                    name: format!("{} (model_type deepseek_v4)", path.display()),
+                    why: DEEPSEEK_V4_REFUSAL.into(),
+                })
+            }
             other => {
                 return Err(ArchError::UnsupportedModelType {
                     path: path.into(),
@@ -352,11 +417,74 @@ impl ModelArch {
                 .unwrap_or(false),
             tensor_prefix: prefix.into(),
             mtp_layers: f.u32_or("num_nextn_predict_layers", 0),
+            sparse_attention: None,
         })
     }
 }
 
-pub const MODEL_PRESETS: &[&str] = &["kimi-k2.5", "deepseek-v3", "llama-3.1-8b"];
+pub const MODEL_PRESETS: &[&str] = &["kimi-k2.5", "deepseek-v3", "llama-3.1-8b", "minimax-m3"];
+
+/// Why DeepSeek-V4 has no preset: its attention and residual stream are new kinds the cost
+/// model has no operators for, and a price from the nearest known kind would be a guess.
+const DEEPSEEK_V4_REFUSAL: &str = "DeepSeek-V4's attention is hybrid compressed attention (CSA with a lightning indexer over 4x-compressed KV, HCA over 128x-compressed KV, a 128-token sliding window; config `compress_ratios`) with a single 512-dim shared KV head and grouped output projection, and its residual stream uses mHC hyper-connections (hc_mult 4): kbench prices MLA and GQA attention only (docs/research/models.md)";
+
+/// MiniMaxAI/MiniMax-M3-MXFP8 `text_config` (config.json of the released checkpoint, read
+/// in docs/research/models.md): GQA 64/4 x 128, dense MLP in layers 0-2, then 128 routed
+/// experts top-4 plus one shared expert, every linear layer MXFP8 (1x32 E8M0 scales) except
+/// the embedding, lm_head and routers; MSA sparse attention in layers 3-59.
+fn minimax_m3() -> ModelArch {
+    ModelArch {
+        name: "minimax-m3".into(),
+        family: ArchFamily::GqaMoe,
+        model_type: "minimax_m3".into(),
+        hidden_size: 6144,
+        num_layers: 60,
+        num_heads: 64,
+        num_kv_heads: 4,
+        head_dim: 128,
+        vocab_size: 200064,
+        // dense_intermediate_size: the MLP of the three dense layers
+        intermediate_size: 12288,
+        mla: None,
+        moe: Some(MoeDims {
+            n_routed_experts: 128,
+            num_experts_per_tok: 4,
+            n_shared_experts: 1,
+            moe_intermediate_size: 3072,
+            first_k_dense_replace: 3,
+            moe_layer_freq: 1,
+            scoring_func: "sigmoid".into(),
+            topk_method: "noaux_tc".into(),
+            n_group: 1,
+            topk_group: 1,
+            norm_topk_prob: true,
+            routed_scaling_factor: 2.0,
+        }),
+        quant: Some(QuantInfo {
+            method: "mxfp8".into(),
+            num_bits: 8,
+            group_size: 32,
+            symmetric: true,
+            routed_experts_only: false,
+            scale_bytes: 1.0,
+            math: QuantMath::Native,
+        }),
+        rms_norm_eps: 1e-6,
+        rope_theta: 5_000_000.0,
+        rope_scaling: None,
+        max_position_embeddings: 1_048_576,
+        tie_word_embeddings: false,
+        tensor_prefix: "language_model.".into(),
+        // num_mtp_modules 1 in the config, but the checkpoint ships no mtp.* tensors
+        mtp_layers: 0,
+        // sparse_topk_blocks 16 x sparse_block_size 128 (+ the local block); layers 3-59
+        sparse_attention: Some(SparseAttention {
+            name: "MSA (MiniMax sparse attention)".into(),
+            dense_up_to_tokens: 16 * 128,
+            sparse_layers: 57,
+        }),
+    }
+}
 pub const DRAFT_PRESETS: &[&str] = &["kimi-k2.5-eagle3", "llama-3.1-8b-eagle3"];
 
 fn kimi_k25() -> ModelArch {
@@ -398,6 +526,8 @@ fn kimi_k25() -> ModelArch {
             group_size: 32,
             symmetric: true,
             routed_experts_only: true,
+            scale_bytes: 2.0,
+            math: QuantMath::WeightOnly,
         }),
         rms_norm_eps: 1e-5,
         rope_theta: 50000.0,
@@ -417,6 +547,7 @@ fn kimi_k25() -> ModelArch {
         tensor_prefix: "language_model.".into(),
         // moonshotai/Kimi-K2.5 config.json: num_nextn_predict_layers = 0 (no MTP weights)
         mtp_layers: 0,
+        sparse_attention: None,
     }
 }
 
@@ -550,6 +681,26 @@ impl Fields<'_> {
 
 fn parse_quant(q: &Value) -> Option<QuantInfo> {
     let method = q.get("quant_method")?.as_str()?.to_string();
+    // FP8 checkpoints quantize every linear layer and run FP8 GEMMs: DeepSeek's fp32
+    // scale per weight_block_size block, MXFP8's E8M0 scale per 32 weights.
+    let block = q
+        .get("weight_block_size")
+        .and_then(Value::as_array)
+        .map(|b| b.iter().filter_map(Value::as_u64).product::<u64>() as u32);
+    let native = |group_size: u32, scale_bytes: f64| QuantInfo {
+        method: method.clone(),
+        num_bits: 8,
+        group_size,
+        symmetric: true,
+        routed_experts_only: false,
+        scale_bytes,
+        math: QuantMath::Native,
+    };
+    match method.as_str() {
+        "fp8" => return Some(native(block.unwrap_or(128 * 128), 4.0)),
+        "mxfp8" => return Some(native(block.unwrap_or(32), 1.0)),
+        _ => {}
+    }
     // compressed-tensors nests the weight scheme under config_groups.<group>.weights.
     let weights = q
         .get("config_groups")
@@ -577,6 +728,8 @@ fn parse_quant(q: &Value) -> Option<QuantInfo> {
         group_size,
         symmetric,
         routed_experts_only,
+        scale_bytes: 2.0,
+        math: QuantMath::WeightOnly,
     })
 }
 

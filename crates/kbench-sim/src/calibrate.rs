@@ -414,7 +414,32 @@ fn fit_profile(
     ));
     let x0: Vec<f64> = problem.free.iter().map(|f| f.prior).collect();
     let all = problem.weights(&|_, _| true);
-    let (x, mut evaluations) = problem.fit(&all, &x0, progress, "all points");
+    let (mut x, mut evaluations) = problem.fit(&all, &x0, progress, "all points");
+    // Nelder-Mead finds a local minimum: a second start from the profile's current values
+    // (an earlier fit) keeps a model change from dropping the fit into a worse one
+    let current: Vec<f64> = problem
+        .free
+        .iter()
+        .map(|f| {
+            problem
+                .base
+                .param(&f.param)
+                .map_or(f.prior, |p| p.value)
+                .clamp(f.min, f.max)
+        })
+        .collect();
+    if current != x0 {
+        let (xc, e) = problem.fit(
+            &all,
+            &current,
+            progress,
+            "all points, from the current values",
+        );
+        evaluations += e;
+        if problem.objective(&xc, &all) < problem.objective(&x, &all) {
+            x = xc;
+        }
+    }
     let pred = problem.predict(&x)?;
 
     // Held apart: each source (or, with one source, each point) refitted without, then
@@ -521,7 +546,7 @@ fn fit_profile(
         sources: sources.clone(),
         fit_points: points.len(),
         method: format!(
-            "bounded Nelder-Mead from the priors on sum w*ln(pred/meas)^2 + prior terms, each source weighted equally; {} free parameters, {} points, {} configurations",
+            "bounded Nelder-Mead from the priors and from the profile's current values (the lower kept) on sum w*ln(pred/meas)^2 + prior terms, each source weighted equally; {} free parameters, {} points, {} configurations",
             params.len(),
             points.len(),
             problem.configs.len()

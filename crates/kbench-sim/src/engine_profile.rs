@@ -138,6 +138,45 @@ impl Default for KernelSection {
     }
 }
 
+/// How many times a multi-token query block (verify, draft extend) reads its request's KV
+/// cache in the attention backend the engine runs for the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvReads {
+    /// One causal query block per request: the prefix is streamed once per pass (SGLang's
+    /// FlashInfer, FA3, Triton, FlashMLA and CUTLASS-MLA paths; vLLM's FlashAttention and
+    /// FlashMLA).
+    PerRequest,
+    /// Every query token is its own decode row over the whole prefix (vLLM 0.34's
+    /// TRITON_MLA flattens the block: `block_table.repeat_interleave(query_len)`).
+    PerQueryToken,
+}
+
+/// The attention backends' KV reads, per attention kind, with where that was read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionSection {
+    /// MLA models (DeepSeek-V3, Kimi-K2.x): the latent cache.
+    pub mla_kv_reads: KvReads,
+    /// MHA / GQA models and the EAGLE-3 draft layer.
+    pub mha_kv_reads: KvReads,
+    /// The backend code the two values were read from.
+    #[serde(rename = "ref")]
+    pub reference: String,
+}
+
+impl Default for AttentionSection {
+    fn default() -> AttentionSection {
+        AttentionSection {
+            mla_kv_reads: KvReads::PerRequest,
+            mha_kv_reads: KvReads::PerRequest,
+            reference:
+                "one causal query block per request (docs/cost-model.md, \"Verify attention\")"
+                    .into(),
+        }
+    }
+}
+
 /// A value `kbench calibrate` may fit: its prior and physical bounds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -186,6 +225,8 @@ pub struct EngineProfile {
     pub host: HostSection,
     #[serde(default)]
     pub kernels: KernelSection,
+    #[serde(default)]
+    pub attention: AttentionSection,
     #[serde(default)]
     pub free: Vec<FreeParam>,
     #[serde(default)]

@@ -14,6 +14,7 @@
 
 pub mod acceptance;
 pub mod calibrate;
+pub mod client;
 pub mod corpus;
 pub mod cost;
 pub mod engine_profile;

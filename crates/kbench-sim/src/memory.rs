@@ -42,6 +42,8 @@ pub fn weight_footprint(model: &ModelArch, draft: Option<&DraftArch>, tp: u32) -
     let mut rep = 0.0;
     let mut shard = 0.0;
 
+    // the linear layers outside the routed experts: BF16 unless every one is quantized
+    let dw = model.dense_bytes_per_weight();
     match (&model.family, &model.mla) {
         (ArchFamily::MlaMoe, Some(m)) => {
             let qk = (m.qk_nope_head_dim + m.qk_rope_head_dim) as f64;
@@ -50,24 +52,24 @@ pub fn weight_footprint(model: &ModelArch, draft: Option<&DraftArch>, tp: u32) -
             match m.q_lora_rank {
                 Some(q) => {
                     let q = q as f64;
-                    rep += layers * (h * q + q) * BF16;
-                    shard += layers * q * heads * qk * BF16;
+                    rep += layers * h * q * dw + layers * q * BF16;
+                    shard += layers * q * heads * qk * dw;
                 }
-                None => shard += layers * h * heads * qk * BF16,
+                None => shard += layers * h * heads * qk * dw,
             }
-            rep += layers * (h * latent + kv_lora) * BF16;
-            shard += layers * kv_lora * heads * (m.qk_nope_head_dim + m.v_head_dim) as f64 * BF16;
-            shard += layers * heads * m.v_head_dim as f64 * h * BF16;
+            rep += layers * h * latent * dw + layers * kv_lora * BF16;
+            shard += layers * kv_lora * heads * (m.qk_nope_head_dim + m.v_head_dim) as f64 * dw;
+            shard += layers * heads * m.v_head_dim as f64 * h * dw;
         }
         _ => {
             let hd = model.head_dim as f64;
             let kv = model.num_kv_heads as f64;
-            shard += layers * h * (heads + 2.0 * kv) * hd * BF16;
-            shard += layers * heads * hd * h * BF16;
+            shard += layers * h * (heads + 2.0 * kv) * hd * dw;
+            shard += layers * heads * hd * h * dw;
         }
     }
     rep += layers * 2.0 * h * BF16; // the two RMSNorms of every layer
-    shard += dense_layers * 3.0 * h * model.intermediate_size as f64 * BF16;
+    shard += dense_layers * 3.0 * h * model.intermediate_size as f64 * dw;
     let mut routed = 0.0;
     if let Some(moe) = &model.moe {
         let inter = moe.moe_intermediate_size as f64;
@@ -78,7 +80,7 @@ pub fn weight_footprint(model: &ModelArch, draft: Option<&DraftArch>, tp: u32) -
             .unwrap_or(BF16);
         routed = moe_layers * moe.n_routed_experts as f64 * 3.0 * h * inter * bpw;
         shard += routed;
-        shard += moe_layers * moe.n_shared_experts as f64 * 3.0 * h * inter * BF16;
+        shard += moe_layers * moe.n_shared_experts as f64 * 3.0 * h * inter * dw;
         rep += moe_layers * moe.n_routed_experts as f64 * (h + 1.0) * BF16; // router + bias
     }
     let vocab = model.vocab_size as f64;

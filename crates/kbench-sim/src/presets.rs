@@ -26,6 +26,21 @@ const PRESETS: &[(&str, &str, &str)] = &[
         "experiments/hardware/h200.toml",
         include_str!("../../../experiments/hardware/h200.toml"),
     ),
+    (
+        "8x-h100",
+        "experiments/hardware/8x-h100.toml",
+        include_str!("../../../experiments/hardware/8x-h100.toml"),
+    ),
+    (
+        "8x-b200",
+        "experiments/hardware/8x-b200.toml",
+        include_str!("../../../experiments/hardware/8x-b200.toml"),
+    ),
+    (
+        "8x-b300",
+        "experiments/hardware/8x-b300.toml",
+        include_str!("../../../experiments/hardware/8x-b300.toml"),
+    ),
 ];
 
 /// (preset name, file it was compiled from, contents).
@@ -44,6 +59,11 @@ const ENGINE_PRESETS: &[(&str, &str, &str)] = &[
         "vllm",
         "experiments/engines/vllm.toml",
         include_str!("../../../experiments/engines/vllm.toml"),
+    ),
+    (
+        "vllm-8x-rtx-pro-6000-server",
+        "experiments/engines/vllm-8x-rtx-pro-6000-server.toml",
+        include_str!("../../../experiments/engines/vllm-8x-rtx-pro-6000-server.toml"),
     ),
     (
         "vllm-8x-h200",
@@ -119,6 +139,22 @@ pub fn resolve_profile(hw: &HardwareRef) -> Result<HardwareProfile, SimError> {
         HardwareRef::Preset(name) => preset(name),
         HardwareRef::Profile(path) => HardwareProfile::from_file(path),
     }
+}
+
+/// The box a profile's op tables were measured on, where its GPU is not the profile's own
+/// (a datasheet-only profile borrowing another GPU's tables).
+pub fn tables_measured_on(profile: &HardwareProfile) -> Result<Option<HardwareProfile>, SimError> {
+    let Some(name) = profile.optables.as_ref().and_then(|t| t.measured_on()) else {
+        return Ok(None);
+    };
+    let home = preset(name).map_err(|e| SimError::Profile {
+        origin: profile.origin.clone(),
+        message: format!("[optables] measured_on: {e}"),
+    })?;
+    Ok(
+        (home.gpu.name != profile.gpu.name || home.interconnect.name != profile.interconnect.name)
+            .then_some(home),
+    )
 }
 
 /// The op tables a profile points at (None: roofline only).

@@ -1,6 +1,12 @@
 //! Prices single operators on one GPU: from a measured op table when the profile has one
 //! for the operator, else from a roofline `max(bytes / BW, flops / F)` with the profile's
 //! efficiency factors, floored at the GPU's shortest kernel. Times in microseconds.
+//!
+//! A table time is measured on one GPU at one precision (BF16 weights, SGLang's kernels).
+//! Used for another GPU, or for weights of another precision, it is moved per operator by
+//! the ratio of the two rooflines: the bandwidth ratio where the operator is memory-bound,
+//! the FLOP ratio at its precision where it is compute-bound, the launch floor where it is
+//! latency-bound, and the link ratio for a collective.
 
 use crate::error::SimError;
 use crate::optable::OpTables;
@@ -10,14 +16,60 @@ use crate::profile::HardwareProfile;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Source {
     Table,
+    /// A table time moved to this GPU or precision by the roofline ratio.
+    ScaledTable,
     Roofline,
 }
 
 pub struct Pricer<'a> {
     pub profile: &'a HardwareProfile,
     pub tables: Option<&'a OpTables>,
+    /// The box the tables were measured on, where it is not `profile`'s GPU.
+    pub tables_gpu: Option<&'a HardwareProfile>,
     /// GPUs in the tensor-parallel group.
     pub tp: u32,
+}
+
+/// The tensor-core rate an operator's math runs at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Math {
+    Bf16,
+    /// INT4 weights dequantized to BF16 math (Marlin).
+    W4A16,
+    Fp8,
+    Fp4,
+}
+
+/// What one call of an operator moves and computes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Work {
+    pub bytes: f64,
+    pub flops: f64,
+    pub math: Math,
+}
+
+impl Work {
+    fn bf16(bytes: f64, flops: f64) -> Work {
+        Work {
+            bytes,
+            flops,
+            math: Math::Bf16,
+        }
+    }
+}
+
+/// A GEMM's weights: bytes per weight and the math they run at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Weights {
+    pub bytes_per_weight: f64,
+    pub math: Math,
+}
+
+impl Weights {
+    pub const BF16: Weights = Weights {
+        bytes_per_weight: 2.0,
+        math: Math::Bf16,
+    };
 }
 
 /// A routed-expert layer: `experts` experts of (hidden -> inter -> hidden), top-k routing.
@@ -29,13 +81,63 @@ pub struct MoeShape {
     pub inter: u32,
     /// Including group scales (0.5625 for INT4 group-32).
     pub bytes_per_weight: f64,
+    pub math: Math,
 }
 
 pub const MOE_TABLE_INT4: &str = "moe/int4_wo/h7168/i2048/e384/k8/balanced";
 
+/// Tensor throughput of `p`'s GPU at `math`, TFLOP/s.
+fn rate(p: &HardwareProfile, math: Math) -> Result<f64, SimError> {
+    let g = &p.gpu;
+    let missing = |key: &str| SimError::Profile {
+        origin: p.origin.clone(),
+        message: format!(
+            "the model needs {key} (its weights' precision) and the profile gives none"
+        ),
+    };
+    Ok(match math {
+        Math::Bf16 => g.bf16_tflops.value,
+        Math::W4A16 => g.int4_tflops.value,
+        Math::Fp8 => {
+            g.fp8_tflops
+                .as_ref()
+                .ok_or_else(|| missing("gpu.fp8_tflops"))?
+                .value
+        }
+        Math::Fp4 => {
+            g.fp4_tflops
+                .as_ref()
+                .ok_or_else(|| missing("gpu.fp4_tflops"))?
+                .value
+        }
+    })
+}
+
+/// `max(bytes / BW, flops / F, floor)` on `p`'s GPU.
+fn roof(p: &HardwareProfile, w: Work) -> Result<f64, SimError> {
+    let mem = w.bytes / (p.gpu.mem_bandwidth_gbs.value * 1e3 * p.efficiency.mem_bw.value);
+    let math = w.flops / (rate(p, w.math)? * 1e6 * p.efficiency.flops.value);
+    Ok(mem.max(math).max(p.gpu.min_kernel_us.value))
+}
+
 impl Pricer<'_> {
     fn table(&self, op: &str) -> Option<&OpTables> {
         self.tables.filter(|t| t.has(op))
+    }
+
+    /// A table time, measured as `measured` on the tables' GPU, for `here` on this one.
+    fn moved(&self, table_us: f64, measured: Work, here: Work) -> Result<(f64, Source), SimError> {
+        if self.tables_gpu.is_none() && measured == here {
+            return Ok((table_us, Source::Table));
+        }
+        let home = self.tables_gpu.unwrap_or(self.profile);
+        let ratio = roof(self.profile, here)? / roof(home, measured)?;
+        Ok((table_us * ratio, Source::ScaledTable))
+    }
+
+    /// A table time measured as `w` on the tables' GPU, for the same work on this one.
+    fn moved_same(&self, table_us: f64, w: Work) -> Result<(f64, Source), SimError> {
+        self.moved(table_us, w, w)
     }
 
     fn bw_bytes_per_us(&self) -> f64 {
@@ -60,14 +162,33 @@ impl Pricer<'_> {
 
     /// BF16 GEMM `[m, k] x [k, n]`.
     pub fn gemm(&self, m: u32, n: u32, k: u32, why: &str) -> Result<(f64, Source), SimError> {
+        self.gemm_with(m, n, k, Weights::BF16, why)
+    }
+
+    /// GEMM `[m, k] x [k, n]` whose `[k, n]` weights are `w` (BF16 activations in and out).
+    pub fn gemm_with(
+        &self,
+        m: u32,
+        n: u32,
+        k: u32,
+        w: Weights,
+        why: &str,
+    ) -> Result<(f64, Source), SimError> {
+        let (mf, nf, kf) = (m.max(1) as f64, n as f64, k as f64);
+        let act = 2.0 * (mf * kf + mf * nf);
+        let flops = 2.0 * mf * nf * kf;
+        let here = Work {
+            bytes: w.bytes_per_weight * nf * kf + act,
+            flops,
+            math: w.math,
+        };
         if let Some(t) = self.table("gemm/bf16") {
             let ms = t.lookup("gemm/bf16", [n as f64, k as f64, m.max(1) as f64], why)?;
-            return Ok((ms * 1e3, Source::Table));
+            let measured = Work::bf16(2.0 * nf * kf + act, flops);
+            return self.moved(ms * 1e3, measured, here);
         }
-        let (m, n, k) = (m as f64, n as f64, k as f64);
-        let bytes = 2.0 * (n * k + m * k + m * n);
         Ok((
-            self.roofline(bytes, 2.0 * m * n * k, self.profile.gpu.bf16_tflops.value),
+            self.roofline(here.bytes, flops, rate(self.profile, w.math)?),
             Source::Roofline,
         ))
     }
@@ -92,22 +213,28 @@ impl Pricer<'_> {
         if self.tp <= 1 {
             return Ok((0.0, Source::Roofline));
         }
-        if let Some(t) = self.table(op) {
-            let ms = t.lookup(op, [self.tp as f64, elements.max(1.0), 1.0], why)?;
-            return Ok((ms * 1e3, Source::Table));
-        }
         // Ring algorithm: each GPU moves (n-1)/n of the buffer, twice for all-reduce.
         let n = self.tp as f64;
         let bytes = 2.0 * elements * passes * (n - 1.0) / n;
-        let ic = &self.profile.interconnect;
-        Ok((
-            ic.all_reduce_latency_us.value + bytes / (ic.all_reduce_bus_gbs.value * 1e3),
-            Source::Roofline,
-        ))
+        let link = |p: &HardwareProfile| {
+            let ic = &p.interconnect;
+            ic.all_reduce_latency_us.value + bytes / (ic.all_reduce_bus_gbs.value * 1e3)
+        };
+        if let Some(t) = self.table(op) {
+            let ms = t.lookup(op, [self.tp as f64, elements.max(1.0), 1.0], why)?;
+            return Ok(match self.tables_gpu {
+                None => (ms * 1e3, Source::Table),
+                Some(home) => (
+                    ms * 1e3 * link(self.profile) / link(home),
+                    Source::ScaledTable,
+                ),
+            });
+        }
+        Ok((link(self.profile), Source::Roofline))
     }
 
-    /// Routed experts of one MoE layer for `tokens` tokens (W4A16), per GPU, with expert
-    /// coverage under random routing (see docs/cost-model.md, "Routed experts").
+    /// Routed experts of one MoE layer for `tokens` tokens, per GPU, with expert coverage
+    /// under random routing (see docs/cost-model.md, "Routed experts").
     pub fn moe(&self, tokens: u32, shape: MoeShape, why: &str) -> Result<(f64, Source), SimError> {
         let MoeShape {
             experts,
@@ -115,6 +242,7 @@ impl Pricer<'_> {
             hidden,
             inter,
             bytes_per_weight,
+            math,
         } = shape;
         let (e, k, t) = (experts as f64, top_k as f64, tokens.max(1) as f64);
         // Distinct experts under random routing over the experts in play (skew: fewer).
@@ -123,51 +251,65 @@ impl Pricer<'_> {
         let touched_balanced = (t * k).min(e);
         let expert_bytes = 3.0 * hidden as f64 * inter as f64 * bytes_per_weight / self.tp as f64;
         let floor = touched_random * expert_bytes / self.bw_bytes_per_us();
+        let flops = 2.0 * 3.0 * hidden as f64 * inter as f64 * t * k / self.tp as f64;
+        let act = 2.0 * t * hidden as f64 * 2.0;
         let shape_matches = experts == 384 && top_k == 8 && hidden == 7168 && inter == 2048;
         if let Some(tb) = self
             .table(MOE_TABLE_INT4)
-            .filter(|_| shape_matches && bytes_per_weight < 1.0)
+            .filter(|_| shape_matches && bytes_per_weight < 1.0 && math == Math::W4A16)
         {
             // The table routes round-robin ("balanced"): T tokens read min(T*k, E) experts,
             // more than random routing does. Scale the measured time by the ratio of experts
             // read, then floor at the bytes of the experts actually touched: the isolated
             // benchmark reruns on L2-hot buffers, a 60-layer model reads them cold.
             let ms = tb.lookup(MOE_TABLE_INT4, [self.tp as f64, t, 1.0], why)?;
-            let scaled = ms * 1e3 * touched_random / touched_balanced;
-            return Ok((scaled.max(floor).max(self.floor()), Source::Table));
+            let measured = Work {
+                bytes: touched_balanced * expert_bytes + act,
+                flops,
+                math,
+            };
+            let (us, source) = self.moved_same(ms * 1e3, measured)?;
+            let scaled = us * touched_random / touched_balanced;
+            return Ok((scaled.max(floor).max(self.floor()), source));
         }
-        let flops = 2.0 * 3.0 * hidden as f64 * inter as f64 * t * k / self.tp as f64;
-        let act = 2.0 * t * hidden as f64 * 2.0;
         Ok((
             self.roofline(
                 touched_random * expert_bytes + act,
                 flops,
-                self.profile.gpu.int4_tflops.value,
+                rate(self.profile, math)?,
             ),
             Source::Roofline,
         ))
     }
 
-    /// MLA decode-style attention over the latent cache: `rows` query tokens, each against
-    /// `ctx` cached tokens, `heads` heads on this GPU.
+    /// MLA decode-style attention over the latent cache: `queries` query tokens from
+    /// `kv_streams` reads of a `ctx`-token cache, `heads` heads on this GPU. A decode batch
+    /// has one query per stream; a verify block of K + 1 queries reads its request's cache
+    /// once (`kv_streams` = requests) unless the backend re-reads per query. The op table
+    /// measures one query per stream, so it prices the streams; the extra queries' math is a
+    /// floor at the GPU's rate.
     pub fn mla_decode(
         &self,
         heads: u32,
-        rows: u32,
+        kv_streams: u32,
+        queries: u32,
         ctx: f64,
         latent: u32,
         why: &str,
     ) -> Result<(f64, Source), SimError> {
+        let flops = 2.0 * 2.0 * queries.max(kv_streams) as f64 * heads as f64 * ctx * latent as f64;
+        let bytes = kv_streams as f64 * ctx * latent as f64 * 2.0;
         if let Some(t) = self.table("mla_gen/bf16") {
             let ms = t.lookup(
                 "mla_gen/bf16",
-                [heads as f64, rows.max(1) as f64, ctx.max(1.0)],
+                [heads as f64, kv_streams.max(1) as f64, ctx.max(1.0)],
                 why,
             )?;
-            return Ok((ms * 1e3, Source::Table));
+            let per_stream = 2.0 * 2.0 * kv_streams as f64 * heads as f64 * ctx * latent as f64;
+            let (us, source) = self.moved_same(ms * 1e3, Work::bf16(bytes, per_stream))?;
+            let math = self.roofline(0.0, flops, self.profile.gpu.bf16_tflops.value);
+            return Ok((us.max(math), source));
         }
-        let bytes = rows as f64 * ctx * latent as f64 * 2.0;
-        let flops = 2.0 * 2.0 * rows as f64 * heads as f64 * ctx * latent as f64;
         Ok((
             self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value),
             Source::Roofline,
@@ -183,16 +325,16 @@ impl Pricer<'_> {
         head_dim: u32,
         why: &str,
     ) -> Result<(f64, Source), SimError> {
+        let flops = 2.0 * 2.0 * reqs as f64 * heads as f64 * isl * isl * 0.5 * head_dim as f64;
+        let bytes = reqs as f64 * isl * heads as f64 * head_dim as f64 * 2.0 * 4.0;
         if let Some(t) = self.table("mla_ctx/bf16") {
             let ms = t.lookup(
                 "mla_ctx/bf16",
                 [heads as f64, reqs.max(1) as f64, isl.max(1.0)],
                 why,
             )?;
-            return Ok((ms * 1e3, Source::Table));
+            return self.moved_same(ms * 1e3, Work::bf16(bytes, flops));
         }
-        let flops = 2.0 * 2.0 * reqs as f64 * heads as f64 * isl * isl * 0.5 * head_dim as f64;
-        let bytes = reqs as f64 * isl * heads as f64 * head_dim as f64 * 2.0 * 4.0;
         Ok((
             self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value),
             Source::Roofline,
@@ -214,41 +356,49 @@ impl Pricer<'_> {
         } else {
             "mla_bmm_post/bf16"
         };
-        if let Some(t) = self.table(op) {
-            let ms = t.lookup(op, [heads as f64, tokens.max(1) as f64, 1.0], why)?;
-            return Ok((ms * 1e3, Source::Table));
-        }
         let (t, h) = (tokens as f64, heads as f64);
         let bytes = 2.0 * h * (kv_lora as f64 * head_dim as f64 + t * (kv_lora + head_dim) as f64);
         let flops = 2.0 * t * h * kv_lora as f64 * head_dim as f64;
+        if let Some(tb) = self.table(op) {
+            let ms = tb.lookup(op, [heads as f64, tokens.max(1) as f64, 1.0], why)?;
+            return self.moved_same(ms * 1e3, Work::bf16(bytes, flops));
+        }
         Ok((
             self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value),
             Source::Roofline,
         ))
     }
 
-    /// MHA decode attention (head_dim 128 tables): `rows` queries against `ctx` tokens.
+    /// MHA decode attention (head_dim 128 tables): `queries` queries from `kv_streams`
+    /// reads of a `ctx`-token cache (as [`Pricer::mla_decode`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn mha_decode(
         &self,
         heads: u32,
         kv_heads: u32,
         head_dim: u32,
-        rows: u32,
+        kv_streams: u32,
+        queries: u32,
         ctx: f64,
         why: &str,
     ) -> Result<(f64, Source), SimError> {
+        let flops =
+            2.0 * 2.0 * queries.max(kv_streams) as f64 * heads as f64 * ctx * head_dim as f64;
+        let bytes = kv_streams as f64 * ctx * 2.0 * kv_heads as f64 * head_dim as f64 * 2.0;
         if heads == kv_heads && head_dim == 128 {
             if let Some(t) = self.table("attn_gen/hd128/bf16") {
                 let ms = t.lookup(
                     "attn_gen/hd128/bf16",
-                    [heads as f64, rows.max(1) as f64, ctx.max(1.0)],
+                    [heads as f64, kv_streams.max(1) as f64, ctx.max(1.0)],
                     why,
                 )?;
-                return Ok((ms * 1e3, Source::Table));
+                let per_stream =
+                    2.0 * 2.0 * kv_streams as f64 * heads as f64 * ctx * head_dim as f64;
+                let (us, source) = self.moved_same(ms * 1e3, Work::bf16(bytes, per_stream))?;
+                let math = self.roofline(0.0, flops, self.profile.gpu.bf16_tflops.value);
+                return Ok((us.max(math), source));
             }
         }
-        let bytes = rows as f64 * ctx * 2.0 * kv_heads as f64 * head_dim as f64 * 2.0;
-        let flops = 2.0 * 2.0 * rows as f64 * heads as f64 * ctx * head_dim as f64;
         Ok((
             self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value),
             Source::Roofline,
@@ -265,6 +415,8 @@ impl Pricer<'_> {
         isl: f64,
         why: &str,
     ) -> Result<(f64, Source), SimError> {
+        let flops = 2.0 * 2.0 * reqs as f64 * heads as f64 * isl * isl * 0.5 * head_dim as f64;
+        let bytes = reqs as f64 * isl * (heads + 2 * kv_heads) as f64 * head_dim as f64 * 2.0;
         if heads == kv_heads && head_dim == 128 {
             if let Some(t) = self.table("attn_ctx/hd128/bf16") {
                 let ms = t.lookup(
@@ -272,11 +424,9 @@ impl Pricer<'_> {
                     [heads as f64, reqs.max(1) as f64, isl.max(1.0)],
                     why,
                 )?;
-                return Ok((ms * 1e3, Source::Table));
+                return self.moved_same(ms * 1e3, Work::bf16(bytes, flops));
             }
         }
-        let flops = 2.0 * 2.0 * reqs as f64 * heads as f64 * isl * isl * 0.5 * head_dim as f64;
-        let bytes = reqs as f64 * isl * (heads + 2 * kv_heads) as f64 * head_dim as f64 * 2.0;
         Ok((
             self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value),
             Source::Roofline,

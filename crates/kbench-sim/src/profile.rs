@@ -85,6 +85,12 @@ pub struct GpuSection {
     pub bf16_tflops: Param,
     /// Effective W4A16 (INT4 weights, BF16 math) tensor throughput, TFLOP/s.
     pub int4_tflops: Param,
+    /// Dense FP8 tensor throughput, TFLOP/s (FP8 and MXFP8 checkpoints' GEMMs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_tflops: Option<Param>,
+    /// Dense FP4 tensor throughput, TFLOP/s (NVFP4 / MXFP4 with FP4 activations; Blackwell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp4_tflops: Option<Param>,
     /// Shortest time a kernel takes on this GPU (launch + tail), microseconds: the floor of
     /// every roofline-priced operator.
     pub min_kernel_us: Param,
@@ -131,6 +137,24 @@ pub struct OpTablesSection {
     /// What the tables were measured with, for reports.
     #[serde(default)]
     pub provenance: String,
+    /// The hardware preset whose GPU and interconnect the tables were measured on, where it
+    /// is not this profile's: every table time is then moved to this GPU per operator
+    /// (docs/cost-model.md, "Op tables on another GPU"). A shipped `system` knows its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_on: Option<String>,
+}
+
+impl OpTablesSection {
+    /// The hardware preset the tables were measured on.
+    pub fn measured_on(&self) -> Option<&str> {
+        self.measured_on
+            .as_deref()
+            .or(match self.system.as_deref() {
+                Some("h200_sxm") => Some("8x-h200"),
+                Some("rtx_pro_6000_server") => Some("8x-rtx-pro-6000-server"),
+                _ => None,
+            })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -277,6 +301,16 @@ impl HardwareProfile {
                 "efficiency.in_model = {} is outside the physical range [0.5, 5]",
                 self.efficiency.in_model.value
             )));
+        }
+        for (key, rate) in [
+            ("gpu.fp8_tflops", &self.gpu.fp8_tflops),
+            ("gpu.fp4_tflops", &self.gpu.fp4_tflops),
+        ] {
+            if let Some(p) = rate {
+                if !(p.value.is_finite() && p.value > 0.0) {
+                    return Err(bad(format!("{key} = {} must be positive", p.value)));
+                }
+            }
         }
         if let Some(t) = &self.optables {
             if t.system.is_some() == t.dir.is_some() {

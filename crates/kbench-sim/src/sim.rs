@@ -46,6 +46,10 @@ pub struct SimBackend {
     scheduler: Box<dyn Scheduler>,
     /// vLLM's token budget per step.
     pub(crate) max_num_batched_tokens: u32,
+    /// From a response's last byte at the client to its next request at the scheduler.
+    client_to_scheduler_ns: Nanos,
+    /// Between two requests the client sends at once.
+    client_send_interval_ns: Nanos,
 }
 
 /// `vllm serve`'s default token budget: 8192 on GPUs of 70 GiB or more, else 2048.
@@ -100,6 +104,9 @@ impl SimBackend {
             .max_num_batched_tokens
             .unwrap_or_else(|| default_max_num_batched_tokens(&profile));
         kv.check_fits(exp)?;
+        check_sparse_attention(exp)?;
+        let client = crate::client::SimSettings::of(exp)?;
+        let tables_home = crate::presets::tables_measured_on(&profile)?;
         let scheduler = crate::sched::for_engine(&engine.engine)?;
         let cost = CostModel::new(
             profile,
@@ -112,6 +119,10 @@ impl SimBackend {
         )
         .map_err(in_file)?
         .with_kv_cache_dtype(exp.kv.kv_cache_dtype);
+        let cost = match tables_home {
+            Some(home) => cost.with_tables_measured_on(home),
+            None => cost,
+        };
         Ok(SimBackend {
             kv,
             prefix_caching: exp.kv.prefix_caching,
@@ -127,7 +138,17 @@ impl SimBackend {
             },
             max_running: exp.max_running_requests,
             name: exp.file.name.clone(),
+            client_to_scheduler_ns: client.client_to_scheduler_ns(),
+            client_send_interval_ns: client.client_send_interval_ns(),
         })
+    }
+
+    /// Requests come from real clients over HTTP (`kbench serve --sim`): their way to the
+    /// scheduler is real time, not modelled.
+    pub fn with_real_clients(mut self) -> SimBackend {
+        self.client_to_scheduler_ns = 0;
+        self.client_send_interval_ns = 0;
+        self
     }
 
     pub fn cost_model(&self) -> &CostModel {
@@ -234,6 +255,8 @@ impl Backend for SimBackend {
             },
             frontend_free: 0,
             delivering: Vec::new(),
+            delivered_at: VecDeque::new(),
+            last_sent: None,
             chunks: None,
         }))
     }
@@ -336,6 +359,13 @@ pub(crate) struct SimSession<'a> {
     frontend_free: Nanos,
     /// Finished requests whose last token the front end has not delivered yet.
     pub(crate) delivering: Vec<RequestRecord>,
+    /// When each record the last `run_until_completion` returned reached its client, in
+    /// the order returned: a closed-loop client sends its next request then, not when the
+    /// simulator has stepped past it.
+    delivered_at: VecDeque<Nanos>,
+    /// When the client's last request left it: the next leaves no sooner than one send
+    /// interval later.
+    last_sent: Option<Nanos>,
     /// Streamed chunks, kept only when a caller asked for them (`kbench serve --sim`).
     pub(crate) chunks: Option<Vec<ChunkEvent>>,
 }
@@ -506,24 +536,39 @@ impl Session for SimSession<'_> {
                 format!("request {} asks for 0 tokens", request.id),
             ));
         }
-        let now = self.now;
-        let delay = self.b.cost.engine.admission_delay_ns(request.input_len);
-        let live = Live::new(request, now);
-        if delay == 0 {
+        // sent when its predecessor reached the client (during the forward just priced, or
+        // now); it reaches the scheduler after the client's turnaround and the API server
+        let ready = self
+            .delivered_at
+            .pop_front()
+            .unwrap_or(self.now)
+            .min(self.now);
+        let sent = match self.last_sent {
+            Some(last) => ready.max(last + self.b.client_send_interval_ns),
+            None => ready,
+        };
+        self.last_sent = Some(sent);
+        let reaches = sent
+            + self.b.client_to_scheduler_ns
+            + self.b.cost.engine.admission_delay_ns(request.input_len);
+        let live = Live::new(request, ready);
+        if reaches <= self.now {
             self.waiting.push_back(live);
         } else {
-            self.arriving.push((now + delay, live));
+            self.arriving.push((reaches, live));
         }
         Ok(())
     }
 
     fn run_until_completion(&mut self) -> Result<Vec<RequestRecord>, BackendError> {
+        self.delivered_at.clear();
         loop {
             // The client sees a request finish when the front end has delivered its last
             // token; a request it then sends arrives during the scheduler's current forward
             // and waits for it (checked at forward boundaries).
             let finished = self.delivered();
             if !finished.is_empty() {
+                self.delivered_at = finished.iter().map(RequestRecord::finished_ns).collect();
                 return Ok(finished);
             }
             if self.idle() {
@@ -541,6 +586,7 @@ impl Session for SimSession<'_> {
     }
 
     fn advance_to(&mut self, deadline: Nanos) -> Result<Vec<RequestRecord>, BackendError> {
+        self.delivered_at.clear();
         while self.now <= deadline && !self.idle() {
             if self.nothing_scheduled() && self.next_arrival().is_some_and(|t| t > deadline) {
                 break;
@@ -553,6 +599,11 @@ impl Session for SimSession<'_> {
 
     fn record_chunks(&mut self) {
         self.chunks.get_or_insert_with(Vec::new);
+    }
+
+    fn measured_started(&mut self) {
+        // the measured requests start together, not where warm-up requests left off
+        self.delivered_at.clear();
     }
 
     fn take_chunks(&mut self) -> Vec<ChunkEvent> {
@@ -587,4 +638,27 @@ impl Session for SimSession<'_> {
             peak_used_tokens: self.kv.peak,
         })
     }
+}
+
+/// Sparse attention is priced as the dense attention it equals while every block is
+/// selected; past that the price would need the indexer and the block selection, which the
+/// cost model does not have, so a longer request is refused rather than overpriced.
+fn check_sparse_attention(exp: &Experiment) -> Result<(), SimError> {
+    let Some(sa) = &exp.model.sparse_attention else {
+        return Ok(());
+    };
+    let longest = exp.input_len.1 as u64 + exp.max_tokens as u64;
+    if longest <= sa.dense_up_to_tokens as u64 {
+        return Ok(());
+    }
+    Err(SimError::Model(format!(
+        "{}: {}'s {} selects blocks only past {} tokens of context, and this experiment reaches {longest} ({} of prompt + max_tokens {}); kbench prices it only up to {} tokens, where it is exactly full attention",
+        exp.path.display(),
+        exp.model.name,
+        sa.name,
+        sa.dense_up_to_tokens,
+        exp.input_len.1,
+        exp.max_tokens,
+        sa.dense_up_to_tokens
+    )))
 }

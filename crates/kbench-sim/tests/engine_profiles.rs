@@ -48,6 +48,10 @@ fn an_experiment_gets_its_boxs_engine_profile_else_the_generic_one() {
             "8x-rtx-pro-6000-server",
             "[engine]\nname = \"vllm\""
         )),
+        "vllm-8x-rtx-pro-6000-server"
+    );
+    assert_eq!(
+        engine_of(&plain("8x-h100", "[engine]\nname = \"vllm\"")),
         "vllm"
     );
     assert_eq!(

@@ -176,6 +176,8 @@ pub struct CostModel {
     /// What the serving engine adds: host work and launch costs.
     pub engine: EngineProfile,
     tables: Option<OpTables>,
+    /// The box the op tables were measured on, where its GPU is not `profile`'s.
+    tables_gpu: Option<HardwareProfile>,
     pub model: ModelArch,
     pub draft: Option<DraftArch>,
     pub tp: u32,
@@ -220,6 +222,7 @@ impl Acc<'_> {
             name.to_string(),
             match priced.1 {
                 Source::Table => "table",
+                Source::ScaledTable => "table, moved to this GPU / precision",
                 Source::Roofline => "roofline",
             },
         );
@@ -253,6 +256,7 @@ impl CostModel {
             profile,
             engine,
             tables,
+            tables_gpu: None,
             model,
             draft,
             tp,
@@ -260,6 +264,20 @@ impl CostModel {
             kv_read_scale: 1.0,
             cache: RefCell::new(BTreeMap::new()),
         })
+    }
+
+    /// The op tables were measured on `home`'s GPU: where that is not this profile's, every
+    /// table time is moved to this GPU per operator.
+    pub fn with_tables_measured_on(mut self, home: HardwareProfile) -> CostModel {
+        self.tables_gpu = (home.gpu.name != self.profile.gpu.name
+            || home.interconnect.name != self.profile.interconnect.name)
+            .then_some(home);
+        self
+    }
+
+    /// What the report says about the op tables: measured here, or moved from another GPU.
+    pub fn tables_scaled_from(&self) -> Option<&str> {
+        self.tables_gpu.as_ref().map(|h| h.gpu.name.as_str())
     }
 
     /// The KV cache's element type (bf16 unless set).
@@ -277,9 +295,18 @@ impl CostModel {
     }
 
     pub fn tables_origin(&self) -> String {
+        let scaled = self
+            .tables_scaled_from()
+            .map(|from| {
+                format!(
+                    ", measured on {from} and moved to {} per operator by bandwidth, FLOP-at-precision and link ratios",
+                    self.profile.gpu.name
+                )
+            })
+            .unwrap_or_default();
         self.tables
             .as_ref()
-            .map(|t| t.origin().to_string())
+            .map(|t| format!("{}{scaled}", t.origin()))
             .unwrap_or_else(|| "roofline only".into())
     }
 
@@ -287,6 +314,7 @@ impl CostModel {
         Pricer {
             profile: &self.profile,
             tables: self.tables.as_ref(),
+            tables_gpu: self.tables_gpu.as_ref(),
             tp: self.tp,
         }
     }

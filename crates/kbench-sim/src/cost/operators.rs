@@ -3,11 +3,12 @@
 //! layers, then routed and shared experts) and logits head. Each block is priced once per
 //! layer kind and multiplied by its layer count.
 
-use kbench_core::arch::{ArchFamily, ModelArch};
+use kbench_core::arch::{ArchFamily, ModelArch, QuantInfo, QuantMath};
 
 use super::{Acc, CostModel, PassKind};
+use crate::engine_profile::KvReads;
 use crate::error::SimError;
-use crate::pricer::{MoeShape, Pricer, Source};
+use crate::pricer::{Math, MoeShape, Pricer, Source, Weights};
 
 /// What every operator of one pass is priced for.
 #[derive(Clone, Copy)]
@@ -24,6 +25,12 @@ struct Pass<'a> {
     logit_rows: u32,
     /// Names the pass where an op-table lookup fails.
     why: &'a str,
+}
+
+#[derive(Clone, Copy)]
+enum KvReadsOf {
+    Mla,
+    Mha,
 }
 
 impl CostModel {
@@ -64,12 +71,35 @@ impl CostModel {
                 }
                 let h = layer.hidden_size;
                 let p = self.pricer();
-                acc.add("mtp.eh_proj", 1.0, p.gemm(pass.t, h, 2 * h, &why)?, 1);
+                let w = dense_weights(&layer);
+                acc.add(
+                    "mtp.eh_proj",
+                    1.0,
+                    p.gemm_with(pass.t, h, 2 * h, w, &why)?,
+                    1,
+                );
                 self.target_layers(&layer, pass, ctx, acc)
             }
             (true, None) => Err(SimError::Model(
                 "a draft pass needs a draft architecture or a model with MTP layers".into(),
             )),
+        }
+    }
+
+    /// How many times a decode-type pass streams the KV cache: once per query row for decode
+    /// and draft decode (each top-k branch is its own row over the prefix), once per request
+    /// for the multi-token blocks of verify and draft extend unless the engine's backend
+    /// re-reads per query token.
+    fn kv_streams(&self, pass: Pass, of: KvReadsOf) -> u32 {
+        let reads = match of {
+            KvReadsOf::Mla => self.engine.attention.mla_kv_reads,
+            KvReadsOf::Mha => self.engine.attention.mha_kv_reads,
+        };
+        match (pass.kind, reads) {
+            (PassKind::TargetVerify | PassKind::DraftExtend, KvReads::PerRequest) => {
+                pass.requests.clamp(1, pass.t)
+            }
+            _ => pass.t,
         }
     }
 
@@ -128,7 +158,8 @@ impl CostModel {
         let attn = if prefill {
             self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?)
         } else {
-            self.attention_kernel(p.mha_decode(heads, kv, hd, t, ctx, why)?)
+            let streams = self.kv_streams(pass, KvReadsOf::Mha);
+            self.attention_kernel(p.mha_decode(heads, kv, hd, streams, t, ctx, why)?)
         };
         acc.attn_us += attn.0;
         acc.add("attention", 1.0, attn, 1);
@@ -223,6 +254,7 @@ impl CostModel {
     ) -> Result<(), SimError> {
         let p = self.pricer();
         let tp = self.tp;
+        let w = dense_weights(m);
         let Pass {
             t,
             requests,
@@ -248,7 +280,12 @@ impl CostModel {
                 match mla.q_lora_rank {
                     Some(q) => {
                         // Fused q_a + kv_a projection, replicated on every rank (SGLang).
-                        acc.add("attn.qkv_a_proj", layers, p.gemm(t, q + latent, h, why)?, 1);
+                        acc.add(
+                            "attn.qkv_a_proj",
+                            layers,
+                            p.gemm_with(t, q + latent, h, w, why)?,
+                            1,
+                        );
                         acc.add(
                             "norms",
                             2.0 * layers,
@@ -258,13 +295,18 @@ impl CostModel {
                             ),
                             1,
                         );
-                        acc.add("attn.q_b_proj", layers, p.gemm(t, heads * qk, q, why)?, 1);
+                        acc.add(
+                            "attn.q_b_proj",
+                            layers,
+                            p.gemm_with(t, heads * qk, q, w, why)?,
+                            1,
+                        );
                     }
                     None => {
                         acc.add(
                             "attn.qkv_a_proj",
                             layers,
-                            p.gemm(t, heads * qk + latent, h, why)?,
+                            p.gemm_with(t, heads * qk + latent, h, w, why)?,
                             1,
                         );
                         acc.add(
@@ -290,7 +332,7 @@ impl CostModel {
                     acc.add(
                         "attn.kv_b_proj",
                         layers,
-                        p.gemm(t, kvb_n, mla.kv_lora_rank, why)?,
+                        p.gemm_with(t, kvb_n, mla.kv_lora_rank, w, why)?,
                         1,
                     );
                     let attn = self.attention_kernel(p.mla_prefill(heads, requests, isl, qk, why)?);
@@ -302,9 +344,9 @@ impl CostModel {
                         p.mla_bmm(true, t, heads, mla.kv_lora_rank, mla.qk_nope_head_dim, why)?,
                         1,
                     );
-                    // Verify and draft-extend rows are priced as decode queries against the
-                    // request's cache (the triton kernels walk the prefix per query block).
-                    let attn = self.attention_kernel(p.mla_decode(heads, t, ctx, latent, why)?);
+                    let streams = self.kv_streams(pass, KvReadsOf::Mla);
+                    let attn =
+                        self.attention_kernel(p.mla_decode(heads, streams, t, ctx, latent, why)?);
                     acc.attn_us += attn.0 * layers;
                     acc.add("attention", layers, attn, 1);
                     acc.add(
@@ -317,7 +359,7 @@ impl CostModel {
                 acc.add(
                     "attn.o_proj",
                     layers,
-                    p.gemm(t, h, heads * mla.v_head_dim, why)?,
+                    p.gemm_with(t, h, heads * mla.v_head_dim, w, why)?,
                     1,
                 );
             }
@@ -327,7 +369,7 @@ impl CostModel {
                 acc.add(
                     "attn.qkv_proj",
                     layers,
-                    p.gemm(t, (heads + 2 * kv) * hd, h, why)?,
+                    p.gemm_with(t, (heads + 2 * kv) * hd, h, w, why)?,
                     1,
                 );
                 acc.add(
@@ -339,13 +381,19 @@ impl CostModel {
                 let attn = if prefill {
                     self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?)
                 } else {
-                    self.attention_kernel(p.mha_decode(heads, kv, hd, t, ctx, why)?)
+                    let streams = self.kv_streams(pass, KvReadsOf::Mha);
+                    self.attention_kernel(p.mha_decode(heads, kv, hd, streams, t, ctx, why)?)
                 };
                 if !prefill {
                     acc.attn_us += attn.0 * layers;
                 }
                 acc.add("attention", layers, attn, 1);
-                acc.add("attn.o_proj", layers, p.gemm(t, h, heads * hd, why)?, 1);
+                acc.add(
+                    "attn.o_proj",
+                    layers,
+                    p.gemm_with(t, h, heads * hd, w, why)?,
+                    1,
+                );
             }
         }
         Ok(())
@@ -356,6 +404,7 @@ impl CostModel {
     fn feed_forward(&self, m: &ModelArch, pass: Pass, acc: &mut Acc) -> Result<(), SimError> {
         let p = self.pricer();
         let tp = self.tp;
+        let w = dense_weights(m);
         let Pass {
             t, prefill, why, ..
         } = pass;
@@ -364,7 +413,12 @@ impl CostModel {
         let dense_layers = m.num_layers as f64 - moe_layers;
         if dense_layers > 0.0 {
             let inter = m.intermediate_size / tp;
-            acc.add("mlp.dense", dense_layers, p.gemm(t, 2 * inter, h, why)?, 1);
+            acc.add(
+                "mlp.dense",
+                dense_layers,
+                p.gemm_with(t, 2 * inter, h, w, why)?,
+                1,
+            );
             acc.add(
                 "activation",
                 dense_layers,
@@ -374,7 +428,12 @@ impl CostModel {
                 ),
                 1,
             );
-            acc.add("mlp.dense", dense_layers, p.gemm(t, h, inter, why)?, 1);
+            acc.add(
+                "mlp.dense",
+                dense_layers,
+                p.gemm_with(t, h, inter, w, why)?,
+                1,
+            );
         }
         if let Some(moe) = &m.moe {
             if moe_layers > 0.0 {
@@ -393,11 +452,10 @@ impl CostModel {
                     ),
                     2,
                 );
-                let bpw = m
-                    .quant
-                    .as_ref()
-                    .map(|q| q.bytes_per_weight())
-                    .unwrap_or(2.0);
+                let (bpw, math) = match &m.quant {
+                    Some(q) => (q.bytes_per_weight(), quant_math(q)),
+                    None => (2.0, Math::Bf16),
+                };
                 // Marlin MoE: align/sort, gate_up, activation, down, weighted sum.
                 acc.add(
                     "moe.routed_experts",
@@ -412,6 +470,7 @@ impl CostModel {
                                 hidden: h,
                                 inter: moe.moe_intermediate_size,
                                 bytes_per_weight: bpw,
+                                math,
                             },
                             why,
                         )?,
@@ -423,7 +482,7 @@ impl CostModel {
                     acc.add(
                         "moe.shared_expert",
                         moe_layers,
-                        p.gemm(t, 2 * si, h, why)?,
+                        p.gemm_with(t, 2 * si, h, w, why)?,
                         1,
                     );
                     acc.add(
@@ -432,7 +491,12 @@ impl CostModel {
                         (p.elementwise(t as f64 * si as f64 * 6.0), Source::Roofline),
                         1,
                     );
-                    acc.add("moe.shared_expert", moe_layers, p.gemm(t, h, si, why)?, 1);
+                    acc.add(
+                        "moe.shared_expert",
+                        moe_layers,
+                        p.gemm_with(t, h, si, w, why)?,
+                        1,
+                    );
                 }
             }
         }
@@ -466,4 +530,27 @@ fn add_logits_head(
         2,
     );
     Ok(())
+}
+
+/// The tensor-core rate a quantized GEMM runs at: weight-only INT4 dequantizes to BF16
+/// (Marlin's W4A16); FP8 and FP4 checkpoints with dynamic activation quantization run on
+/// the tensor cores of their own precision.
+fn quant_math(q: &QuantInfo) -> Math {
+    match (q.math, q.num_bits) {
+        (QuantMath::WeightOnly, 4) => Math::W4A16,
+        (QuantMath::WeightOnly, _) => Math::Bf16,
+        (QuantMath::Native, b) if b <= 4 => Math::Fp4,
+        (QuantMath::Native, _) => Math::Fp8,
+    }
+}
+
+/// The weights of a model's GEMMs outside the routed experts.
+fn dense_weights(m: &ModelArch) -> Weights {
+    match m.dense_quant() {
+        Some(q) => Weights {
+            bytes_per_weight: q.bytes_per_weight(),
+            math: quant_math(q),
+        },
+        None => Weights::BF16,
+    }
 }
