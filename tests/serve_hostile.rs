@@ -409,3 +409,35 @@ fn bad_flags_are_refused_by_name() {
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("meteor"));
 }
+
+/// Durations and rates too large or too small for the clock are refused when parsed, with
+/// the bound, before anything binds: they used to panic at start or on the first request.
+#[test]
+fn extreme_durations_and_speeds_are_refused_with_their_bound() {
+    let exp = format!("{}/experiments/topk1_v2.toml", env!("CARGO_MANIFEST_DIR"));
+    for (flag, value, says) in [
+        ("--read-timeout-secs", "1e300", "365 days"),
+        ("--read-timeout-secs", "1e19", "365 days"),
+        ("--drain-timeout-secs", "1e20", "365 days"),
+        ("--fail-stall-secs", "1e300", "365 days"),
+        ("--read-timeout-secs", "0", "positive"),
+        ("--speed", "1e-300", "between 1e-6 and 1e6"),
+        ("--speed", "1e300", "between 1e-6 and 1e6"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+            .args(["serve", "--sim", &exp, "--port", "0", flag, value])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("kbench runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && out.status.code() != Some(101),
+            "{flag} {value}: {:?} {stderr}",
+            out.status
+        );
+        assert!(
+            stderr.contains(flag) && stderr.contains(says),
+            "{flag} {value}: {stderr}"
+        );
+    }
+}

@@ -21,14 +21,13 @@ fn invalid(message: impl Into<String>) -> CliError {
     CliError::new(exit::INVALID_INPUT, message)
 }
 
+/// `--speed` bounds: a million times slower or faster than the modelled deployment keeps
+/// every wall-clock wait of a run inside what `Instant` can add.
+const MIN_SPEED: f64 = 1e-6;
+const MAX_SPEED: f64 = 1e6;
+
 fn seconds(flag: &str, s: f64) -> CliResult<Duration> {
-    if s.is_finite() && s > 0.0 {
-        Ok(Duration::from_secs_f64(s))
-    } else {
-        Err(invalid(format!(
-            "--{flag} {s} must be a positive number of seconds"
-        )))
-    }
+    kbench_core::duration::checked_seconds(s).map_err(|e| invalid(format!("--{flag} {e}")))
 }
 
 /// `--speculative-algorithm`: whether to speculate.
@@ -308,9 +307,10 @@ fn sim_config(
     let profile_name = probe.cost_model().profile.name.clone();
     drop(probe);
     let speed = a.speed.unwrap_or(1.0);
-    if !(speed.is_finite() && speed > 0.0) {
+    if !(speed.is_finite() && (MIN_SPEED..=MAX_SPEED).contains(&speed)) {
         return Err(invalid(format!(
-            "--speed {speed} must be a positive number"
+            "--speed {} must be between 1e-6 and 1e6 (virtual seconds per wall second)",
+            kbench_core::duration::show(speed)
         )));
     }
     let spec_on = exp.spec.is_speculative();

@@ -7,6 +7,7 @@ pub mod atomic;
 pub mod backend;
 pub mod compare;
 pub mod distribution;
+pub mod duration;
 pub mod error_chain;
 pub mod footprint;
 pub mod harness;

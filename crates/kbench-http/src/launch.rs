@@ -306,7 +306,7 @@ impl Launched {
             child: std::sync::Mutex::new(child),
             log,
             line,
-            grace: Duration::from_secs_f64(l.grace_s.max(0.0)),
+            grace: kbench_core::duration::saturating_seconds(l.grace_s),
         })
     }
 

@@ -156,7 +156,7 @@ impl Backend for HttpBackend {
             _ => self.settings.ready_timeout_s,
         };
         // in short waits, so a launched server that exits is seen at once
-        let deadline = Instant::now() + Duration::from_secs_f64(ready);
+        let deadline = Instant::now() + kbench_core::duration::saturating_seconds(ready);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let step = left.min(Duration::from_secs(1));
@@ -356,7 +356,7 @@ impl Session for HttpSession<'_> {
             self.start,
             self.tx.clone(),
         );
-        let limit = Duration::from_secs_f64(b.settings.request_timeout_s);
+        let limit = kbench_core::duration::saturating_seconds(b.settings.request_timeout_s);
         let task = b.runtime.spawn(async move {
             let o = request::run(&client, api, model.as_deref(), spec, sent, start, limit).await;
             let _ = tx.send(o);

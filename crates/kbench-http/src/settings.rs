@@ -131,10 +131,20 @@ impl HttpSettings {
             .map_err(|m| {
                 HttpError::Settings(m.trim_start_matches("[backend.http]: ").to_string())
             })?;
-        if !(s.request_timeout_s > 0.0 && s.ready_timeout_s > 0.0) {
-            return Err(HttpError::Settings(
-                "request_timeout_s and ready_timeout_s must be positive".into(),
-            ));
+        for (key, v) in [
+            ("request_timeout_s", s.request_timeout_s),
+            ("ready_timeout_s", s.ready_timeout_s),
+        ] {
+            kbench_core::duration::checked_seconds(v)
+                .map_err(|e| HttpError::Settings(format!("{key} = {e}")))?;
+        }
+        if let Some(l) = &s.launch {
+            kbench_core::duration::checked_seconds(l.ready_timeout_s)
+                .map_err(|e| HttpError::Settings(format!("launch.ready_timeout_s = {e}")))?;
+            if l.grace_s != 0.0 {
+                kbench_core::duration::checked_seconds(l.grace_s)
+                    .map_err(|e| HttpError::Settings(format!("launch.grace_s = {e}")))?;
+            }
         }
         Ok(s)
     }

@@ -8,7 +8,7 @@ use kbench_core::error_chain::Chain;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
@@ -110,7 +110,11 @@ fn run(w: Running, rx: mpsc::Receiver<Control>, load: &Load) {
     let start = Instant::now();
     let speed = w.speed;
     let virtual_now = || (start.elapsed().as_secs_f64() * 1e9 * speed) as Nanos;
-    let wall_at = |v: Nanos| start + Duration::from_secs_f64(v as f64 / 1e9 / speed);
+    // saturating: a virtual time far past any run waits a year rather than panicking
+    let wall_at = |v: Nanos| {
+        let wait = kbench_core::duration::saturating_seconds(v as f64 / 1e9 / speed);
+        start.checked_add(wait).unwrap_or(start)
+    };
     let mut backend = w.backend;
     let mut session = match backend.start_level(w.max_running) {
         Ok(s) => s,
