@@ -56,7 +56,6 @@ pub enum ArchFamily {
 pub struct SparseAttention {
     pub name: String,
     pub dense_up_to_tokens: u32,
-    pub sparse_layers: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -481,7 +480,6 @@ fn minimax_m3() -> ModelArch {
         sparse_attention: Some(SparseAttention {
             name: "MSA (MiniMax sparse attention)".into(),
             dense_up_to_tokens: 16 * 128,
-            sparse_layers: 57,
         }),
     }
 }

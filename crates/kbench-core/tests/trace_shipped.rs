@@ -14,16 +14,22 @@ fn traces_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../traces")
 }
 
+/// The preset's trace, regenerated (and written over the shipped file when asked), and the
+/// shipped file's bytes.
+fn regenerated(name: &str, file: &str) -> (kbench_core::trace::Trace, Vec<u8>) {
+    let path = traces_dir().join(file);
+    let trace = synth(&preset(name).unwrap()).unwrap();
+    if std::env::var_os("KBENCH_WRITE_TRACES").is_some() {
+        write(&trace, &path, TraceForm::Binary).unwrap();
+    }
+    let on_disk = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (trace, on_disk)
+}
+
 #[test]
 fn shipped_traces_regenerate_byte_identically() {
-    let rewrite = std::env::var_os("KBENCH_WRITE_TRACES").is_some();
     for p in PRESETS {
-        let path = traces_dir().join(p.file);
-        let trace = synth(&preset(p.name).unwrap()).unwrap();
-        if rewrite {
-            write(&trace, &path, TraceForm::Binary).unwrap();
-        }
-        let on_disk = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let (trace, on_disk) = regenerated(p.name, p.file);
         assert!(
             on_disk.len() < 5_000_000,
             "{} is {} bytes",
@@ -92,14 +98,8 @@ fn shipped_traces_are_calibrated_and_labelled() {
 
 #[test]
 fn chain_traces_regenerate_and_follow_their_measured_curves() {
-    let rewrite = std::env::var_os("KBENCH_WRITE_TRACES").is_some();
     for p in kbench_core::trace::CHAIN_PRESETS {
-        let path = traces_dir().join(p.file);
-        let trace = synth(&preset(p.name).unwrap()).unwrap();
-        if rewrite {
-            write(&trace, &path, TraceForm::Binary).unwrap();
-        }
-        let on_disk = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let (trace, on_disk) = regenerated(p.name, p.file);
         assert!(
             on_disk == to_binary(&trace),
             "{} differs from its preset",

@@ -23,7 +23,7 @@ use crate::corpus::{Case, LoadedCorpus, Role};
 use crate::engine_profile::{EngineCalibration, EngineProfile, FreeParam};
 use crate::error::SimError;
 use crate::fidelity::{case_experiment, predict_points};
-use crate::fit::nelder_mead;
+use crate::fit::{nelder_mead, FitResult};
 use crate::optable::OpTables;
 use crate::presets::{load_tables, resolve_engine_profile, resolve_profile};
 use crate::profile::{HardwareProfile, Provenance};
@@ -265,7 +265,7 @@ impl Problem {
         x0: &[f64],
         progress: &mut dyn FnMut(&str),
         what: &str,
-    ) -> (Vec<f64>, u32) {
+    ) -> FitResult {
         let lo: Vec<f64> = self.free.iter().map(|f| f.min).collect();
         let hi: Vec<f64> = self.free.iter().map(|f| f.max).collect();
         let mut n = 0u32;
@@ -282,7 +282,7 @@ impl Problem {
             &hi,
             MAX_EVALS,
         );
-        (r.x, r.evaluations)
+        r
     }
 }
 
@@ -414,7 +414,8 @@ fn fit_profile(
     ));
     let x0: Vec<f64> = problem.free.iter().map(|f| f.prior).collect();
     let all = problem.weights(&|_, _| true);
-    let (mut x, mut evaluations) = problem.fit(&all, &x0, progress, "all points");
+    let mut best = problem.fit(&all, &x0, progress, "all points");
+    let mut evaluations = best.evaluations;
     // Nelder-Mead finds a local minimum: a second start from the profile's current values
     // (an earlier fit) keeps a model change from dropping the fit into a worse one
     let current: Vec<f64> = problem
@@ -429,17 +430,18 @@ fn fit_profile(
         })
         .collect();
     if current != x0 {
-        let (xc, e) = problem.fit(
+        let from_current = problem.fit(
             &all,
             &current,
             progress,
             "all points, from the current values",
         );
-        evaluations += e;
-        if problem.objective(&xc, &all) < problem.objective(&x, &all) {
-            x = xc;
+        evaluations += from_current.evaluations;
+        if from_current.value < best.value {
+            best = from_current;
         }
     }
+    let x = best.x;
     let pred = problem.predict(&x)?;
 
     // Held apart: each source (or, with one source, each point) refitted without, then
@@ -454,7 +456,11 @@ fn fit_profile(
             let w = problem.weights(&|ci, _| problem.cases[ci].source != *s);
             let what = format!("leave out {s} ({}/{})", k + 1, sources.len());
             progress(&format!("  {what}"));
-            let (xs, e) = problem.fit(&w, &x, progress, &what);
+            let FitResult {
+                x: xs,
+                evaluations: e,
+                ..
+            } = problem.fit(&w, &x, progress, &what);
             evaluations += e;
             let p = problem.predict(&xs)?;
             for (ci, c) in problem.cases.iter().enumerate() {
@@ -474,7 +480,11 @@ fn fit_profile(
             let w = problem.weights(&|cj, pj| (cj, pj) != (ci, pi));
             let what = format!("leave-one-out {}/{n_points}", k + 1);
             progress(&format!("  {what}"));
-            let (xi, e) = problem.fit(&w, &x, progress, &what);
+            let FitResult {
+                x: xi,
+                evaluations: e,
+                ..
+            } = problem.fit(&w, &x, progress, &what);
             evaluations += e;
             held[ci][pi] = Some(problem.predict(&xi)?[ci][pi]);
         }

@@ -3,6 +3,8 @@
 
 pub struct FitResult {
     pub x: Vec<f64>,
+    /// `f` at `x`, as evaluated during the search.
+    pub value: f64,
     pub evaluations: u32,
 }
 
@@ -96,6 +98,7 @@ pub fn nelder_mead(
     simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
     FitResult {
         x: to_x(&simplex[0].0),
+        value: simplex[0].1,
         evaluations: evals,
     }
 }

@@ -113,11 +113,16 @@ fn rate(p: &HardwareProfile, math: Math) -> Result<f64, SimError> {
     })
 }
 
-/// `max(bytes / BW, flops / F, floor)` on `p`'s GPU.
+/// `max(bytes / BW, flops / F, floor)` on `p`'s GPU at `tflops`, microseconds.
+fn roofline_on(p: &HardwareProfile, bytes: f64, flops: f64, tflops: f64) -> f64 {
+    let mem = bytes / (p.gpu.mem_bandwidth_gbs.value * 1e3 * p.efficiency.mem_bw.value);
+    let math = flops / (tflops * 1e6 * p.efficiency.flops.value);
+    mem.max(math).max(p.gpu.min_kernel_us.value)
+}
+
+/// The roofline of `w` on `p`'s GPU at its precision's rate.
 fn roof(p: &HardwareProfile, w: Work) -> Result<f64, SimError> {
-    let mem = w.bytes / (p.gpu.mem_bandwidth_gbs.value * 1e3 * p.efficiency.mem_bw.value);
-    let math = w.flops / (rate(p, w.math)? * 1e6 * p.efficiency.flops.value);
-    Ok(mem.max(math).max(p.gpu.min_kernel_us.value))
+    Ok(roofline_on(p, w.bytes, w.flops, rate(p, w.math)?))
 }
 
 impl Pricer<'_> {
@@ -150,9 +155,7 @@ impl Pricer<'_> {
 
     /// Roofline for `bytes` moved and `flops` done at `tflops`.
     pub fn roofline(&self, bytes: f64, flops: f64, tflops: f64) -> f64 {
-        let mem = bytes / self.bw_bytes_per_us();
-        let math = flops / (tflops * 1e6 * self.profile.efficiency.flops.value);
-        mem.max(math).max(self.floor())
+        roofline_on(self.profile, bytes, flops, tflops)
     }
 
     /// Elementwise / reduction kernels (norms, activations, RoPE, top-k, sampling).
@@ -187,10 +190,7 @@ impl Pricer<'_> {
             let measured = Work::bf16(2.0 * nf * kf + act, flops);
             return self.moved(ms * 1e3, measured, here);
         }
-        Ok((
-            self.roofline(here.bytes, flops, rate(self.profile, w.math)?),
-            Source::Roofline,
-        ))
+        Ok((roof(self.profile, here)?, Source::Roofline))
     }
 
     /// All-reduce of `elements` BF16 values over the TP group.

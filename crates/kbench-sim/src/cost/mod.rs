@@ -266,12 +266,11 @@ impl CostModel {
         })
     }
 
-    /// The op tables were measured on `home`'s GPU: where that is not this profile's, every
-    /// table time is moved to this GPU per operator.
+    /// The op tables were measured on `home`, another box than this profile's
+    /// ([`crate::presets::tables_measured_on`]): every table time is moved to this GPU per
+    /// operator.
     pub fn with_tables_measured_on(mut self, home: HardwareProfile) -> CostModel {
-        self.tables_gpu = (home.gpu.name != self.profile.gpu.name
-            || home.interconnect.name != self.profile.interconnect.name)
-            .then_some(home);
+        self.tables_gpu = Some(home);
         self
     }
 

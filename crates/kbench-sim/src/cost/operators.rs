@@ -27,12 +27,6 @@ struct Pass<'a> {
     why: &'a str,
 }
 
-#[derive(Clone, Copy)]
-enum KvReadsOf {
-    Mla,
-    Mha,
-}
-
 impl CostModel {
     /// The operator list of one pass. For prefill `ctx` is ignored (the prompt is the context).
     pub(super) fn build(
@@ -90,11 +84,7 @@ impl CostModel {
     /// and draft decode (each top-k branch is its own row over the prefix), once per request
     /// for the multi-token blocks of verify and draft extend unless the engine's backend
     /// re-reads per query token.
-    fn kv_streams(&self, pass: Pass, of: KvReadsOf) -> u32 {
-        let reads = match of {
-            KvReadsOf::Mla => self.engine.attention.mla_kv_reads,
-            KvReadsOf::Mha => self.engine.attention.mha_kv_reads,
-        };
+    fn kv_streams(pass: Pass, reads: KvReads) -> u32 {
         match (pass.kind, reads) {
             (PassKind::TargetVerify | PassKind::DraftExtend, KvReads::PerRequest) => {
                 pass.requests.clamp(1, pass.t)
@@ -158,7 +148,7 @@ impl CostModel {
         let attn = if prefill {
             self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?)
         } else {
-            let streams = self.kv_streams(pass, KvReadsOf::Mha);
+            let streams = Self::kv_streams(pass, self.engine.attention.mha_kv_reads);
             self.attention_kernel(p.mha_decode(heads, kv, hd, streams, t, ctx, why)?)
         };
         acc.attn_us += attn.0;
@@ -344,7 +334,7 @@ impl CostModel {
                         p.mla_bmm(true, t, heads, mla.kv_lora_rank, mla.qk_nope_head_dim, why)?,
                         1,
                     );
-                    let streams = self.kv_streams(pass, KvReadsOf::Mla);
+                    let streams = Self::kv_streams(pass, self.engine.attention.mla_kv_reads);
                     let attn =
                         self.attention_kernel(p.mla_decode(heads, streams, t, ctx, latent, why)?);
                     acc.attn_us += attn.0 * layers;
@@ -381,7 +371,7 @@ impl CostModel {
                 let attn = if prefill {
                     self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?)
                 } else {
-                    let streams = self.kv_streams(pass, KvReadsOf::Mha);
+                    let streams = Self::kv_streams(pass, self.engine.attention.mha_kv_reads);
                     self.attention_kernel(p.mha_decode(heads, kv, hd, streams, t, ctx, why)?)
                 };
                 if !prefill {
