@@ -267,6 +267,9 @@ pub struct ExperimentArgs {
     /// Measured requests per level.
     #[arg(long, visible_alias = "num-requests")]
     pub requests_per_level: Option<i64>,
+    /// Measured requests per client at a concurrency level (level C sends N x C).
+    #[arg(long)]
+    pub requests_per_client: Option<i64>,
     /// Warm-up requests per level (served, not measured).
     #[arg(long)]
     pub warmup_requests: Option<i64>,

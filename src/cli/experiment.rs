@@ -242,6 +242,9 @@ fn command_line_overrides(args: &ExperimentArgs) -> CliResult<Vec<String>> {
     if let Some(n) = args.requests_per_level {
         o.push(format!("benchmark.requests_per_level={n}"));
     }
+    if let Some(n) = args.requests_per_client {
+        o.push(format!("benchmark.requests_per_client={n}"));
+    }
     if let Some(n) = args.warmup_requests {
         o.push(format!("benchmark.warmup_requests={n}"));
     }

@@ -29,6 +29,7 @@ pub struct Request {
 
 impl Request {
     /// Tokens a simulated model generates for it.
+    #[inline]
     pub fn output_len(&self) -> u32 {
         self.stop_at
             .map_or(self.max_tokens, |n| n.min(self.max_tokens))
@@ -54,6 +55,11 @@ pub struct RequestRecord {
     /// Tokens committed by each verify round (bonus token included); empty without
     /// speculation. The first token (from prefill) belongs to no round.
     pub round_commits: Vec<u32>,
+    /// Rounds in `round_commits` that proposed no draft (n-gram found no match, or
+    /// speculation was off for that step); each committed one token. Accept length leaves
+    /// them out, as vLLM's (1 + accepted / drafts) and SGLang's (tokens / verify passes) do.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub undrafted_rounds: u32,
     /// Verify rounds a server reported for a request whose stream does not give each round's
     /// commit (coalesced chunks): `round_commits` is then empty, and no rounds are invented.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,6 +68,10 @@ pub struct RequestRecord {
     /// counted, not measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Tokens that became visible to one request's client together: one streamed chunk.

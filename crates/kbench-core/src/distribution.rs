@@ -92,7 +92,7 @@ impl Distribution {
     pub fn summary(mut self) -> Summary {
         match &self.sketch {
             None => {
-                self.exact.sort_by(f64::total_cmp);
+                sort_total_order(&mut self.exact);
                 let v = &self.exact;
                 Summary {
                     // summed in sorted order, as it always was, so reports keep their bytes
@@ -114,6 +114,13 @@ impl Distribution {
             },
         }
     }
+}
+
+/// Sorts by `f64::total_cmp`. Values equal under it are the same bits, so an unstable sort
+/// gives the stable sort's sequence (and the mean summed over it the same bytes) in about
+/// half the time.
+fn sort_total_order(values: &mut [f64]) {
+    values.sort_unstable_by(f64::total_cmp);
 }
 
 /// Linear interpolation between closest ranks (numpy's default), on sorted input.
@@ -217,6 +224,31 @@ mod tests {
         assert_eq!((s.mean, s.median), (2.5, 2.5));
         assert!((s.p99 - 3.97).abs() < 1e-12, "{s:?}");
         assert_eq!(Distribution::default().summary().mean, 0.0);
+    }
+
+    #[test]
+    fn the_unstable_sort_orders_as_the_stable_one_does() {
+        let mut rng_state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng_state ^= rng_state << 13;
+            rng_state ^= rng_state >> 7;
+            rng_state ^= rng_state << 17;
+            rng_state
+        };
+        let mut v: Vec<f64> = (0..20_000)
+            .map(|i| match i % 7 {
+                0 => -((next() % 1000) as f64) / 7.0,
+                1 => 0.0,
+                2 => -0.0,
+                3 => f64::from_bits(next() >> 2),
+                _ => (next() % 100_000) as f64 / 13.0,
+            })
+            .collect();
+        let mut want = v.clone();
+        want.sort_by(f64::total_cmp);
+        super::sort_total_order(&mut v);
+        let bits = |x: &[f64]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&v), bits(&want));
     }
 
     /// Latency-like values over six decades, in an order that is not sorted.

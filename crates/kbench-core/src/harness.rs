@@ -4,11 +4,42 @@ use crate::backend::{Backend, BackendError, Nanos, Request, RequestRecord, Sessi
 use crate::distribution::Distribution;
 use crate::metrics::{LevelAccumulator, LevelMetrics};
 
+/// How many requests a level measures: a fixed count, or a count per closed-loop client
+/// (harnesses that send `--num-prompts` = N x concurrency). A resolved experiment has the
+/// count each of its levels needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LevelRequests {
+    pub per_level: Option<u32>,
+    pub per_client: Option<u32>,
+}
+
+impl LevelRequests {
+    pub fn fixed(n: u32) -> LevelRequests {
+        LevelRequests {
+            per_level: Some(n),
+            per_client: None,
+        }
+    }
+
+    /// Measured requests at a closed-loop level of `clients`.
+    pub fn at_concurrency(&self, clients: u32) -> u32 {
+        match self.per_client {
+            Some(n) => n.saturating_mul(clients),
+            None => self.per_level.unwrap_or(0),
+        }
+    }
+
+    /// Measured requests at a request-rate level.
+    pub fn at_rate(&self) -> u32 {
+        self.per_level.unwrap_or(0)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadPlan {
     pub seed: u64,
     pub concurrency: Vec<u32>,
-    pub requests_per_level: u32,
+    pub requests: LevelRequests,
     pub warmup_requests: u32,
     /// Each request's lengths, shared prefix and context.
     pub workload: crate::spec::Workload,
@@ -29,7 +60,7 @@ impl LoadPlan {
         LoadPlan {
             seed: exp.file.seed,
             concurrency: exp.concurrency.clone(),
-            requests_per_level: exp.requests_per_level,
+            requests: exp.requests,
             warmup_requests: exp.warmup_requests,
             workload: exp.workload.clone(),
             request_rates: exp.request_rates.clone(),
@@ -86,7 +117,7 @@ pub fn make_request(plan: &LoadPlan, concurrency: u32, index: u32, warmup: bool)
 }
 
 /// Runs every level: warm-up requests first (at the level's concurrency, left out of the
-/// metrics), then `requests_per_level` requests from `concurrency` closed-loop clients: each
+/// metrics), then the level's measured requests from `concurrency` closed-loop clients: each
 /// client sends its next request the moment its previous one finishes.
 pub fn run_levels(
     backend: &mut dyn Backend,
@@ -258,9 +289,10 @@ fn start<'s, 'p>(
     plan: &LoadPlan,
     label: u32,
     clients: u32,
+    measured: u32,
     progress: &'p mut dyn Progress,
 ) -> Result<LevelRun<'s, 'p>, BackendError> {
-    let total = plan.warmup_requests + plan.requests_per_level;
+    let total = plan.warmup_requests.saturating_add(measured);
     progress.level_started(label, total);
     let name = backend.name();
     Ok(LevelRun {
@@ -284,10 +316,11 @@ fn run_level(
     c: u32,
     progress: &mut dyn Progress,
 ) -> Result<LevelResult, BackendError> {
-    let mut level = start(backend, plan, c, c, progress)?;
+    let measured = plan.requests.at_concurrency(c);
+    let mut level = start(backend, plan, c, c, measured, progress)?;
     level.closed_loop(plan, c, c, true, plan.warmup_requests)?;
     level.session.measured_started();
-    level.closed_loop(plan, c, c, false, plan.requests_per_level)?;
+    level.closed_loop(plan, c, c, false, measured)?;
     Ok(level.end(|metrics| metrics.finish(c)))
 }
 
@@ -298,7 +331,7 @@ fn rate_level_key(index: usize) -> u32 {
 }
 
 /// One open-loop level: warm-up requests first, closed-loop at the cap (or all at once),
-/// then `requests_per_level` requests arriving at the rate with the plan's burstiness, each
+/// then `requests.at_rate()` requests arriving at the rate with the plan's burstiness, each
 /// submitted at its arrival unless `max_concurrency` are in flight, in which case it waits
 /// at the client (its queueing delay) for the next to finish.
 fn run_rate_level(
@@ -311,7 +344,7 @@ fn run_rate_level(
     let key = rate_level_key(index);
     let cap = plan.max_concurrency.unwrap_or(u32::MAX);
     let label = plan.max_concurrency.unwrap_or(0);
-    let mut level = start(backend, plan, label, cap, progress)?;
+    let mut level = start(backend, plan, label, cap, plan.requests.at_rate(), progress)?;
     let warm_clients = cap.min(plan.warmup_requests.max(1));
     level.closed_loop(plan, key, warm_clients, true, plan.warmup_requests)?;
     level.session.measured_started();
@@ -319,7 +352,7 @@ fn run_rate_level(
     let mut arrivals = crate::arrivals::Arrivals::new(
         plan.seed,
         key as u64,
-        plan.requests_per_level,
+        plan.requests.at_rate(),
         rate,
         plan.burstiness,
     )

@@ -8,7 +8,8 @@
 //! - output_throughput: output tokens of measured requests / duration, where duration runs
 //!   from the first measured submission to the last measured completion.
 //! - accept_length: committed tokens / verify rounds over measured requests (SGLang's
-//!   "accept len", bonus token included); None without speculation.
+//!   "accept len", bonus token included), rounds that drafted nothing left out (vLLM's
+//!   1 + accepted / drafts); None without speculation.
 
 use std::collections::BTreeSet;
 
@@ -192,8 +193,11 @@ impl LevelAccumulator {
                 self.rounds += n as u64;
             }
             _ => {
-                self.committed += r.round_commits.iter().map(|&c| c as u64).sum::<u64>();
-                self.rounds += r.round_commits.len() as u64;
+                // an undrafted round committed exactly one token and verified nothing
+                let undrafted = (r.undrafted_rounds as usize).min(r.round_commits.len());
+                self.committed += r.round_commits.iter().map(|&c| c as u64).sum::<u64>()
+                    - undrafted as u64;
+                self.rounds += (r.round_commits.len() - undrafted) as u64;
             }
         }
     }
@@ -312,9 +316,24 @@ mod tests {
             retractions: None,
             token_times_ns: times.to_vec(),
             round_commits: rounds.to_vec(),
+            undrafted_rounds: 0,
             reported_rounds: None,
             error: None,
         }
+    }
+
+    #[test]
+    fn rounds_that_drafted_nothing_are_not_verify_rounds() {
+        // 1 prefill token + rounds committing 3, 1 (no draft), 1 (no draft), 2
+        let r = RequestRecord {
+            undrafted_rounds: 2,
+            ..rec(1, 0, &[10, 20, 20, 20, 30, 40, 50, 50], &[3, 1, 1, 2])
+        };
+        let mut level = LevelAccumulator::default();
+        level.add(&r);
+        let m = level.finish(1);
+        assert_eq!(m.verify_rounds, 2);
+        assert_eq!(m.accept_length, Some(2.5));
     }
 
     #[test]

@@ -60,7 +60,10 @@ pub struct ExperimentSummary {
     pub burstiness: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<u32>,
-    pub requests_per_level: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_level: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_client: Option<u32>,
     pub warmup_requests: u32,
     /// Where lengths come from, EOS, shared prefix and context.
     #[serde(default)]
@@ -218,7 +221,8 @@ pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> Experime
         max_concurrency: exp
             .max_concurrency
             .filter(|_| !exp.request_rates.is_empty()),
-        requests_per_level: exp.requests_per_level,
+        requests_per_level: exp.requests.per_level,
+        requests_per_client: exp.requests.per_client,
         warmup_requests: exp.warmup_requests,
         workload: workload_summary(&exp.workload),
         kv_cache: KvCacheSummary {

@@ -156,6 +156,7 @@ impl<M: SpecModel> EngineSession<M> {
                 retractions: None,
                 token_times_ns: l.token_times,
                 round_commits: l.round_commits,
+                undrafted_rounds: 0,
                 reported_rounds: None,
                 error: None,
             })

@@ -156,6 +156,7 @@ pub async fn run(
         retractions: None,
         token_times_ns: Vec::new(),
         round_commits: Vec::new(),
+        undrafted_rounds: 0,
         reported_rounds: None,
         error: None,
     };

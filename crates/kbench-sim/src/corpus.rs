@@ -70,9 +70,10 @@ pub struct Case {
     pub role: Role,
     /// The serving engine and version the source ran (`vllm v0.16.0`, `sglang ...`).
     pub engine: String,
-    /// Requests per level as `requests_per_client * the highest concurrency` (at least 8):
-    /// the source's own count where it says, enough for a steady state otherwise. Unset:
-    /// the experiment file's `requests_per_level`.
+    /// The source's requests per client: concurrency level C measures this times C, as
+    /// the source's harness sent (InferenceX: `--num-prompts` = 10 x concurrency), so a
+    /// level's first wave, all its clients sending at once, weighs what it weighed there.
+    /// Unset: the experiment file's own count.
     #[serde(default)]
     pub requests_per_client: Option<u32>,
     pub points: Vec<Point>,

@@ -129,7 +129,7 @@ fn own_overrides(case: &Case) -> Vec<String> {
 }
 
 /// The overrides a case runs with: its own, then the levels its points need.
-fn case_overrides(case: &Case, file_levels: &[u32], file_requests: u32) -> Vec<String> {
+fn case_overrides(case: &Case, file_levels: &[u32]) -> Vec<String> {
     let mut sets = own_overrides(case);
     let mut levels: Vec<u32> = case.points.iter().filter_map(|p| p.concurrency).collect();
     if case
@@ -144,11 +144,9 @@ fn case_overrides(case: &Case, file_levels: &[u32], file_requests: u32) -> Vec<S
     let list: Vec<String> = levels.iter().map(u32::to_string).collect();
     sets.push(format!("benchmark.concurrency=[{}]", list.join(", ")));
     sets.push("benchmark.request_rate=[]".into());
-    let requests = match case.requests_per_client {
-        Some(per_client) => (per_client * levels.last().copied().unwrap_or(1)).max(8),
-        None => file_requests,
-    };
-    sets.push(format!("benchmark.requests_per_level={requests}"));
+    if let Some(per_client) = case.requests_per_client {
+        sets.push(format!("benchmark.requests_per_client={per_client}"));
+    }
     sets
 }
 
@@ -173,13 +171,9 @@ pub(crate) fn case_experiment(dir: &Path, case: &Case) -> Result<Experiment, Sim
         }
         Ok(variants.remove(0).experiment)
     };
-    // the file's own levels and request count, which a case keeps unless its points say
+    // the file's own levels, which a case keeps unless its points say
     let base = experiment(&own_overrides(case))?;
-    experiment(&case_overrides(
-        case,
-        &base.concurrency,
-        base.requests_per_level,
-    ))
+    experiment(&case_overrides(case, &base.concurrency))
 }
 
 /// Runs a case's experiment on `backend` and reads the value of each of its points.

@@ -8,6 +8,9 @@ pub struct FitResult {
     pub evaluations: u32,
 }
 
+/// How small the simplex gets, in the unbounded coordinates (its first step is 1).
+const X_TOLERANCE: f64 = 1e-3;
+
 /// Minimises `f` over `lo <= x <= hi` from `x0`.
 pub fn nelder_mead(
     f: &mut dyn FnMut(&[f64]) -> f64,
@@ -57,7 +60,16 @@ pub fn nelder_mead(
     while evals < max_evals {
         simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
         let spread = simplex[n].1 - simplex[0].1;
-        if spread.abs() < 1e-10 && evals > 4 * n as u32 {
+        // converged when the values agree to 1e-7 relatively, or the simplex has shrunk
+        // to 1e-3 of its first step in every coordinate (a simulated objective moves in
+        // whole nanoseconds, so a smaller simplex only walks a staircase)
+        let width = simplex[1..]
+            .iter()
+            .flat_map(|s| s.0.iter().zip(&simplex[0].0).map(|(a, b)| (a - b).abs()))
+            .fold(0.0f64, f64::max);
+        if evals > 4 * n as u32
+            && (spread.abs() <= 1e-10 + 1e-7 * simplex[0].1.abs() || width < X_TOLERANCE)
+        {
             break;
         }
         let centroid: Vec<f64> = (0..n)

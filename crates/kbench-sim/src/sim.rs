@@ -258,6 +258,8 @@ impl Backend for SimBackend {
             delivered_at: VecDeque::new(),
             last_sent: None,
             chunks: None,
+            schedules_ahead: self.scheduler.schedules_ahead(&self.spec),
+            running_since: None,
         }))
     }
 }
@@ -267,6 +269,8 @@ pub(crate) struct Live {
     submitted_ns: Nanos,
     pub(crate) token_times: Vec<Nanos>,
     pub(crate) round_commits: Vec<u32>,
+    /// Of those, rounds that proposed no draft.
+    pub(crate) undrafted_rounds: u32,
     pub(crate) retractions: u32,
     /// KV slots the request holds itself (a cached shared prefix is held by the pool).
     pub(crate) kv_tokens: u32,
@@ -282,6 +286,7 @@ impl Live {
             submitted_ns,
             token_times: Vec::new(),
             round_commits: Vec::new(),
+            undrafted_rounds: 0,
             retractions: 0,
             kv_tokens: 0,
             prefilled: 0,
@@ -315,6 +320,7 @@ impl Live {
             retractions: Some(self.retractions),
             token_times_ns: self.token_times,
             round_commits: self.round_commits,
+            undrafted_rounds: self.undrafted_rounds,
             reported_rounds: None,
             error: None,
         }
@@ -368,6 +374,12 @@ pub(crate) struct SimSession<'a> {
     last_sent: Option<Nanos>,
     /// Streamed chunks, kept only when a caller asked for them (`kbench serve --sim`).
     pub(crate) chunks: Option<Vec<ChunkEvent>>,
+    /// Whether the engine chooses a forward's batch while the previous one runs.
+    schedules_ahead: bool,
+    /// When the forward in progress started: an engine that schedules ahead chose the next
+    /// batch then, from what had reached it by then. None while the GPU is idle (the loop
+    /// waits for input and schedules on arrival).
+    running_since: Option<Nanos>,
 }
 
 /// Keeps the chunk a request just streamed, when chunks are recorded.
@@ -407,6 +419,9 @@ impl SimSession<'_> {
     /// Finished requests the client has seen by now (ordered by id).
     fn delivered(&mut self) -> Vec<RequestRecord> {
         let now = self.now;
+        if !self.delivering.iter().any(|r| r.finished_ns() <= now) {
+            return Vec::new();
+        }
         let (mut done, rest): (Vec<_>, Vec<_>) = self
             .delivering
             .drain(..)
@@ -459,6 +474,10 @@ impl SimSession<'_> {
 
     /// Running requests that produced their last token leave the batch, their KV freed.
     pub(crate) fn retire_finished(&mut self) {
+        // most steps finish nobody: leave the batch where it is
+        if !self.running.iter().any(Live::done) {
+            return;
+        }
         let (done, running): (Vec<Live>, Vec<Live>) = std::mem::take(&mut self.running)
             .into_iter()
             .partition(Live::done);
@@ -480,11 +499,11 @@ impl SimSession<'_> {
 
     /// Requests the API server has handed over by now join the queue, in the order they
     /// got there.
-    fn admit_arrivals(&mut self) {
+    fn admit_arrivals(&mut self, by: Nanos) {
         if self.arriving.is_empty() {
             return;
         }
-        let now = self.now;
+        let now = by;
         let (mut ready, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.arriving)
             .into_iter()
             .partition(|(t, _)| *t <= now);
@@ -499,15 +518,26 @@ impl SimSession<'_> {
 
     /// One forward, as the engine's scheduler chooses it.
     fn step(&mut self) -> Result<(), BackendError> {
-        self.admit_arrivals();
+        // an engine that schedules ahead chose this forward's batch when the previous one
+        // started, from the requests that had reached it by then
+        let chosen_at = match (self.schedules_ahead, self.running_since) {
+            (true, Some(t)) => t,
+            _ => self.now,
+        };
+        self.admit_arrivals(chosen_at);
         if self.nothing_scheduled() {
-            // the GPU waits for the API server
-            if let Some(t) = self.next_arrival() {
-                self.now = self.now.max(t);
-                self.admit_arrivals();
+            // the GPU waits for the API server; the loop schedules what arrives at once
+            self.running_since = None;
+            self.admit_arrivals(self.now);
+            if self.nothing_scheduled() {
+                if let Some(t) = self.next_arrival() {
+                    self.now = self.now.max(t);
+                    self.admit_arrivals(self.now);
+                }
+                return Ok(());
             }
-            return Ok(());
         }
+        self.running_since = Some(self.now);
         self.b.scheduler.step(self)
     }
 

@@ -87,10 +87,17 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
     if w.lengths.starts_with("file ") {
         prompt.push_str(&format!("; lengths from {}", &w.lengths[5..]));
     }
+    let measured = match (e.requests_per_client, e.requests_per_level) {
+        (Some(n), Some(rate)) if !e.request_rate.is_empty() => {
+            format!("{n} requests/client ({rate} per rate level)")
+        }
+        (Some(n), _) => format!("{n} requests/client"),
+        (None, n) => format!("{} requests/level", n.unwrap_or(0)),
+    };
     writeln!(
         out,
-        "   {} requests/level (+{} warm-up), {output}, {prompt}",
-        e.requests_per_level, e.warmup_requests,
+        "   {measured} (+{} warm-up), {output}, {prompt}",
+        e.warmup_requests,
     )?;
     writeln!(out, "   {}", r.backend.description)?;
     let mut rows: Vec<Vec<String>> = vec![HEADER.iter().map(|h| h.to_string()).collect()];

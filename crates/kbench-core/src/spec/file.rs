@@ -303,7 +303,14 @@ pub struct BenchmarkSection {
     /// At most this many requests in flight at a rate level (the rest wait at the client).
     #[serde(default)]
     pub max_concurrency: Option<i64>,
-    pub requests_per_level: i64,
+    /// Measured requests at every level (a rate level's count; a concurrency level's
+    /// unless `requests_per_client` is set).
+    #[serde(default)]
+    pub requests_per_level: Option<i64>,
+    /// Measured requests per closed-loop client: concurrency level C sends this times C,
+    /// as harnesses that pass `--num-prompts` = N x concurrency do (InferenceX sends 10).
+    #[serde(default)]
+    pub requests_per_client: Option<i64>,
     #[serde(default)]
     pub warmup_requests: i64,
 }

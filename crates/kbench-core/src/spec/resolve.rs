@@ -44,7 +44,8 @@ pub struct Experiment {
     pub request_rates: Vec<f64>,
     pub burstiness: f64,
     pub max_concurrency: Option<u32>,
-    pub requests_per_level: u32,
+    /// How many requests each level measures.
+    pub requests: crate::harness::LevelRequests,
     pub warmup_requests: u32,
     pub max_tokens: u32,
     /// The shortest and longest whole prompt (shared prefix and context included).
@@ -330,7 +331,43 @@ pub(crate) fn resolve(
             Ok(v as u32)
         }
     };
-    let requests_per_level = positive(b.requests_per_level, "benchmark.requests_per_level")?;
+    let requests_per_level = b
+        .requests_per_level
+        .map(|n| positive(n, "benchmark.requests_per_level"))
+        .transpose()?;
+    let requests_per_client = b
+        .requests_per_client
+        .map(|n| positive(n, "benchmark.requests_per_client"))
+        .transpose()?;
+    let counts = crate::harness::LevelRequests {
+        per_level: requests_per_level,
+        per_client: requests_per_client,
+    };
+    if requests_per_level.is_none() && (requests_per_client.is_none() || !b.request_rate.is_empty())
+    {
+        return Err(invalid(
+            "benchmark.requests_per_level",
+            if requests_per_client.is_none() {
+                "[benchmark] says how many requests a level measures in neither `requests_per_level` nor `requests_per_client`".into()
+            } else {
+                "a request-rate level has no clients to count per: it needs `requests_per_level`".into()
+            },
+            "add `requests_per_level = N` (or `requests_per_client = N` for concurrency levels only)",
+        ));
+    }
+    if let Some(&c) = concurrency
+        .iter()
+        .find(|&&c| requests_per_client.is_some_and(|n| u64::from(n) * u64::from(c) > u64::from(u32::MAX)))
+    {
+        return Err(invalid(
+            "benchmark.requests_per_client",
+            format!(
+                "requests_per_client {} x concurrency {c} is more requests than one level can count",
+                requests_per_client.unwrap_or(0)
+            ),
+            "use fewer requests per client",
+        ));
+    }
     if b.warmup_requests < 0 || b.warmup_requests > u32::MAX as i64 {
         return Err(invalid(
             "benchmark.warmup_requests",
@@ -340,20 +377,22 @@ pub(crate) fn resolve(
     }
     // more clients than requests: the extra clients never send, so the level measures less
     // concurrency than its name says
-    let sent = u64::from(requests_per_level) + b.warmup_requests as u64;
+    let sent_at = |c: u32| u64::from(counts.at_concurrency(c)) + b.warmup_requests as u64;
     let mut level_warnings = Vec::new();
     let over: Vec<String> = concurrency
         .iter()
-        .filter(|&&c| u64::from(c) > sent)
+        .filter(|&&c| u64::from(c) > sent_at(c))
         .map(|c| c.to_string())
         .collect();
-    if !over.is_empty() {
+    if let (false, Some(per_level)) = (over.is_empty(), requests_per_level) {
+        let sent = u64::from(per_level) + b.warmup_requests as u64;
         level_warnings.push(format!(
-            "concurrency {} exceeds the {sent} requests a level sends (requests_per_level {requests_per_level} + warmup_requests {}): at most {sent} are ever in flight there; raise requests_per_level",
+            "concurrency {} exceeds the {sent} requests a level sends (requests_per_level {per_level} + warmup_requests {}): at most {sent} are ever in flight there; raise requests_per_level",
             over.join(", "),
             b.warmup_requests
         ));
     }
+    let rate_sent = u64::from(counts.at_rate()) + b.warmup_requests as u64;
     let w = &file.workload;
     let workload = super::workload::resolve_workload(w, &model, path, base_dir, &invalid)?;
     let kv = super::workload::resolve_kv(s, &invalid)?;
@@ -367,15 +406,15 @@ pub(crate) fn resolve(
         b.request_rate
             .iter()
             .any(|r| r.is_infinite())
-            .then_some(u64::from(requests_per_level))
+            .then_some(u64::from(counts.at_rate()))
     });
     let (in_flight, key) = concurrency
         .iter()
-        .map(|&c| (u64::from(c).min(sent), "benchmark.concurrency"))
+        .map(|&c| (u64::from(c).min(sent_at(c)), "benchmark.concurrency"))
         .chain(
             rate_in_flight
                 .filter(|_| !b.request_rate.is_empty())
-                .map(|n| (n.min(sent), "benchmark.max_concurrency")),
+                .map(|n| (n.min(rate_sent), "benchmark.max_concurrency")),
         )
         .max()
         .unwrap_or((0, "benchmark.concurrency"));
@@ -431,7 +470,7 @@ pub(crate) fn resolve(
         tp_size: s.tp_size,
         max_running_requests,
         cuda_graph_max_bs,
-        requests_per_level,
+        requests: counts,
         warmup_requests: b.warmup_requests as u32,
         max_tokens: w.max_tokens,
         input_len,

@@ -6,6 +6,7 @@
 //! in [`for_engine`].
 
 use kbench_core::backend::BackendError;
+use kbench_core::spec::SpecConfig;
 
 use crate::error::SimError;
 use crate::sim::SimSession;
@@ -17,6 +18,11 @@ pub(crate) trait Scheduler: Send + Sync {
     /// Runs one forward over what the session holds; called only when some request is
     /// waiting, prefilling or running.
     fn step(&self, s: &mut SimSession<'_>) -> Result<(), BackendError>;
+
+    /// Whether the engine chooses each forward's batch while the previous forward still runs
+    /// (an overlapped event loop): a request that reaches it during forward k then misses
+    /// forward k + 1, already chosen, and joins k + 2.
+    fn schedules_ahead(&self, spec: &SpecConfig) -> bool;
 }
 
 /// The scheduler of the engine an engine profile describes (its `engine` key).

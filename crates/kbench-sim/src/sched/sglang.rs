@@ -39,6 +39,14 @@ impl Scheduler for Sglang {
         }
         decode_round(s)
     }
+
+    /// The overlap scheduler (`Scheduler.event_loop_overlap`, sglang/srt/managers/
+    /// scheduler.py; on by default, off under spec v1, on again with spec v2): each
+    /// iteration receives requests, launches the next batch, then blocks on the previous
+    /// batch's result, so requests are read one batch ahead of the GPU.
+    fn schedules_ahead(&self, spec: &kbench_core::spec::SpecConfig) -> bool {
+        !spec.is_speculative() || spec.spec_v2
+    }
 }
 
 /// One prefill forward if anything can be admitted (SGLang's get_new_batch_prefill):
@@ -212,6 +220,7 @@ fn decode_round(s: &mut SimSession<'_>) -> Result<(), BackendError> {
         // round committing one token, so round commits always sum to tokens - 1.
         if s.b.spec.is_speculative() {
             r.round_commits.push(n);
+            r.undrafted_rounds += u32::from(!speculate);
         }
         record_chunk(&mut s.chunks, r, visible, n, speculate);
     }

@@ -19,6 +19,14 @@ impl Scheduler for Vllm {
     fn step(&self, s: &mut SimSession<'_>) -> Result<(), BackendError> {
         step(s)
     }
+
+    /// Async scheduling (on by default since v0.14; kept with a GPU drafter, off with the
+    /// CPU n-gram proposer): `EngineCore.step_with_batch_queue` (vllm/v1/engine/core.py)
+    /// schedules and submits the next batch before it blocks on the running one's output,
+    /// and reads new requests from its input queue only between those steps.
+    fn schedules_ahead(&self, spec: &kbench_core::spec::SpecConfig) -> bool {
+        !spec.is_speculative() || spec.spec_v2
+    }
 }
 
 /// The latest admitted request goes back to the front of the queue, its cache freed.
@@ -181,6 +189,7 @@ fn step(s: &mut SimSession<'_>) -> Result<(), BackendError> {
         s.kv.used += n as u64;
         if speculative {
             r.round_commits.push(n);
+            r.undrafted_rounds += u32::from(sched == 1);
         }
         record_chunk(&mut s.chunks, r, visible, n, sched > 1);
     }
