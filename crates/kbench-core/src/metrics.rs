@@ -195,8 +195,8 @@ impl LevelAccumulator {
             _ => {
                 // an undrafted round committed exactly one token and verified nothing
                 let undrafted = (r.undrafted_rounds as usize).min(r.round_commits.len());
-                self.committed += r.round_commits.iter().map(|&c| c as u64).sum::<u64>()
-                    - undrafted as u64;
+                self.committed +=
+                    r.round_commits.iter().map(|&c| c as u64).sum::<u64>() - undrafted as u64;
                 self.rounds += (r.round_commits.len() - undrafted) as u64;
             }
         }

@@ -53,7 +53,9 @@ fn forwards_waited(records: &[RequestRecord]) -> Vec<usize> {
             // another request was decoding when this one was sent
             records.iter().any(|o| {
                 o.id != r.id
-                    && o.token_times_ns.first().is_some_and(|&t| t < r.submitted_ns)
+                    && o.token_times_ns
+                        .first()
+                        .is_some_and(|&t| t < r.submitted_ns)
                     && o.token_times_ns.last().is_some_and(|&t| t > r.submitted_ns)
             })
         })
@@ -87,7 +89,7 @@ fn a_scheduler_that_does_not_overlap_admits_at_the_next_boundary() {
     let waited = forwards_waited(&records(&experiment("sglang", spec, 3)));
     assert!(!waited.is_empty(), "no request met a busy engine");
     assert!(
-        waited.iter().any(|&n| n == 1),
+        waited.contains(&1),
         "forwards between a request's arrival and its first token: {waited:?}"
     );
 }

@@ -355,10 +355,9 @@ pub(crate) fn resolve(
             "add `requests_per_level = N` (or `requests_per_client = N` for concurrency levels only)",
         ));
     }
-    if let Some(&c) = concurrency
-        .iter()
-        .find(|&&c| requests_per_client.is_some_and(|n| u64::from(n) * u64::from(c) > u64::from(u32::MAX)))
-    {
+    if let Some(&c) = concurrency.iter().find(|&&c| {
+        requests_per_client.is_some_and(|n| u64::from(n) * u64::from(c) > u64::from(u32::MAX))
+    }) {
         return Err(invalid(
             "benchmark.requests_per_client",
             format!(
