@@ -19,7 +19,7 @@ use kbench_core::atomic::write_atomic;
 use kbench_core::spec::Experiment;
 use serde::Serialize;
 
-use crate::corpus::{Case, LoadedCorpus, Role};
+use crate::corpus::{Case, LoadedCorpus, Role, SPEEDUP};
 use crate::engine_profile::{EngineCalibration, EngineProfile, FreeParam};
 use crate::error::SimError;
 use crate::fidelity::{case_experiment, predict_points};
@@ -294,6 +294,20 @@ fn problems(corpora: &[LoadedCorpus], only: &[String]) -> Result<Vec<Problem>, S
     for corpus in corpora {
         let dir = corpus.path.parent().unwrap_or(Path::new("."));
         for case in corpus.file.cases.iter().filter(|c| c.role == Role::Fit) {
+            // a speedup is the ratio of two runs' throughputs, which the fit already has
+            // as points where the source gives them; it is reported, not fitted
+            let case = &Case {
+                points: case
+                    .points
+                    .iter()
+                    .filter(|p| p.metric != SPEEDUP)
+                    .cloned()
+                    .collect(),
+                ..case.clone()
+            };
+            if case.points.is_empty() {
+                continue;
+            }
             let exp = case_experiment(dir, case)?;
             let hardware = resolve_profile(&exp.hardware)?;
             let engine = resolve_engine_profile(&exp, &hardware)?;

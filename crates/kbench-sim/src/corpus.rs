@@ -76,8 +76,16 @@ pub struct Case {
     /// Unset: the experiment file's own count.
     #[serde(default)]
     pub requests_per_client: Option<u32>,
+    /// The case without speculation this one's `speedup` points divide by: another case of
+    /// the same file, same load.
+    #[serde(default)]
+    pub baseline: Option<String>,
     pub points: Vec<Point>,
 }
+
+/// Speculation's own metric: the case's output throughput over its `baseline` case's at
+/// the same concurrency (at saturation without one), as measured by the source.
+pub const SPEEDUP: &str = "speedup";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -101,7 +109,8 @@ pub struct LoadedCorpus {
 }
 
 /// The level metrics a point may name (every numeric key of a level's report).
-pub const POINT_METRICS: [&str; 14] = [
+pub const POINT_METRICS: [&str; 15] = [
+    SPEEDUP,
     "output_throughput",
     "saturation_output_throughput",
     "per_request_output_throughput",
@@ -154,7 +163,29 @@ pub fn load_corpus(path: &Path) -> Result<LoadedCorpus, SimError> {
                     POINT_METRICS.join(", ")
                 )));
             }
-            if (p.metric == "saturation_output_throughput") != p.concurrency.is_none() {
+            if p.metric == SPEEDUP {
+                match case.baseline.as_deref() {
+                    None => {
+                        return Err(bad(format!(
+                            "case `{}`: a `speedup` point needs `baseline = \"CASE\"`, the case without speculation it divides by",
+                            case.name
+                        )))
+                    }
+                    Some(b) if b == case.name => {
+                        return Err(bad(format!(
+                            "case `{}` names itself as its baseline",
+                            case.name
+                        )))
+                    }
+                    Some(b) if !file.cases.iter().any(|c| c.name == b) => {
+                        return Err(bad(format!(
+                            "case `{}`: baseline `{b}` is not a case of this file",
+                            case.name
+                        )))
+                    }
+                    Some(_) => {}
+                }
+            } else if (p.metric == "saturation_output_throughput") != p.concurrency.is_none() {
                 return Err(bad(format!(
                     "case `{}`: `{}` {}",
                     case.name,

@@ -12,7 +12,7 @@ use kbench_core::metrics::percentile;
 use kbench_core::spec::{load_experiment, Experiment};
 use serde::Serialize;
 
-use crate::corpus::{Case, LoadedCorpus, Role};
+use crate::corpus::{Case, LoadedCorpus, Role, SPEEDUP};
 use crate::engine_profile::EngineProfile;
 use crate::error::SimError;
 use crate::sim::SimBackend;
@@ -81,7 +81,7 @@ pub fn run_corpus(corpora: &[LoadedCorpus]) -> FidelityReport {
         let dir = corpus.path.parent().unwrap_or(Path::new("."));
         let source = &corpus.file.source.name;
         for case in &corpus.file.cases {
-            match run_case(dir, source, case) {
+            match run_case(dir, source, case, &corpus.file.cases) {
                 Ok((mut p, profile)) => {
                     points.append(&mut p);
                     engine_profiles
@@ -132,11 +132,8 @@ fn own_overrides(case: &Case) -> Vec<String> {
 fn case_overrides(case: &Case, file_levels: &[u32]) -> Vec<String> {
     let mut sets = own_overrides(case);
     let mut levels: Vec<u32> = case.points.iter().filter_map(|p| p.concurrency).collect();
-    if case
-        .points
-        .iter()
-        .any(|p| p.metric == "saturation_output_throughput")
-    {
+    // a point at saturation (its own metric, or a speedup there) needs every level
+    if case.points.iter().any(|p| p.concurrency.is_none()) {
         levels.extend_from_slice(file_levels);
     }
     levels.sort_unstable();
@@ -204,7 +201,15 @@ pub(crate) fn predict_points(
                 .iter()
                 .zip(&metrics)
                 .find(|(l, _)| l.concurrency == c)
-                .and_then(|(_, m)| m.get(&p.metric).and_then(|v| v.as_f64()))
+                .and_then(|(_, m)| {
+                    // a speedup's numerator; divide_speedups divides by the baseline's
+                    let key = if p.metric == SPEEDUP {
+                        "output_throughput"
+                    } else {
+                        p.metric.as_str()
+                    };
+                    m.get(key).and_then(|v| v.as_f64())
+                })
                 .ok_or_else(|| SimError::Measurements {
                     path: exp.path.clone(),
                     message: format!(
@@ -220,11 +225,13 @@ fn run_case(
     dir: &Path,
     source: &str,
     case: &Case,
+    cases: &[Case],
 ) -> Result<(Vec<PointResult>, EngineProfile), SimError> {
     let exp = case_experiment(dir, case)?;
     let mut backend = SimBackend::new(&exp, crate::open::acceptance_for(&exp)?)?;
     let profile = backend.cost_model().engine.clone();
-    let predicted = predict_points(&exp, case, &mut backend)?;
+    let mut predicted = predict_points(&exp, case, &mut backend)?;
+    divide_speedups(dir, case, cases, &mut predicted)?;
     let points = case
         .points
         .iter()
@@ -243,6 +250,41 @@ fn run_case(
         })
         .collect();
     Ok((points, profile))
+}
+
+/// A `speedup` point was predicted as the case's own output throughput; divides it by its
+/// baseline case's, run at the same loads.
+fn divide_speedups(
+    dir: &Path,
+    case: &Case,
+    cases: &[Case],
+    predicted: &mut [f64],
+) -> Result<(), SimError> {
+    let speedups: Vec<usize> = (0..case.points.len())
+        .filter(|&i| case.points[i].metric == SPEEDUP)
+        .collect();
+    if speedups.is_empty() {
+        return Ok(());
+    }
+    let baseline = case
+        .baseline
+        .as_deref()
+        .and_then(|b| cases.iter().find(|c| c.name == b))
+        .ok_or_else(|| SimError::Measurements {
+            path: dir.join(&case.experiment),
+            message: format!("case `{}`: its baseline is not in the corpus", case.name),
+        })?;
+    let plain = Case {
+        points: speedups.iter().map(|&i| case.points[i].clone()).collect(),
+        ..baseline.clone()
+    };
+    let exp = case_experiment(dir, &plain)?;
+    let mut backend = SimBackend::new(&exp, crate::open::acceptance_for(&exp)?)?;
+    let plain_throughput = predict_points(&exp, &plain, &mut backend)?;
+    for (&i, t) in speedups.iter().zip(plain_throughput) {
+        predicted[i] /= t;
+    }
+    Ok(())
 }
 
 fn summarize(points: &[PointResult]) -> BTreeMap<String, BTreeMap<String, ErrorStats>> {

@@ -80,8 +80,51 @@ fn bad_corpus_files_say_what_is_wrong() {
             format!("{source}{case}[[cases.points]]\nmetric = \"mean_tpot_ms\"\nconcurrency = 1\nvalue = -1.0\n"),
             "not a positive number",
         ),
+        (
+            format!("{source}{case}[[cases.points]]\nmetric = \"speedup\"\nconcurrency = 1\nvalue = 1.5\n"),
+            "needs `baseline",
+        ),
+        (
+            format!("{source}{case}baseline = \"a\"\n[[cases.points]]\nmetric = \"speedup\"\nvalue = 1.5\n"),
+            "names itself",
+        ),
+        (
+            format!("{source}{case}baseline = \"plain\"\n[[cases.points]]\nmetric = \"speedup\"\nvalue = 1.5\n"),
+            "baseline `plain` is not a case of this file",
+        ),
     ] {
         let e = write(&text);
         assert!(e.contains(want), "{want}: {e}");
     }
+}
+
+#[test]
+fn a_speedup_is_the_ratio_of_its_case_to_its_baseline() {
+    let corpus = shipped();
+    let report = run_corpus(&corpus);
+    let of = |case: &str, metric: &str, c: Option<u32>| {
+        report
+            .points
+            .iter()
+            .find(|p| {
+                p.source == "seed" && p.case == case && p.metric == metric && p.concurrency == c
+            })
+            .map(|p| p.predicted)
+            .unwrap()
+    };
+    for case in ["topk4_v1", "topk1_v2"] {
+        let at_c1 =
+            of(case, "output_throughput", Some(1)) / of("baseline", "output_throughput", Some(1));
+        assert!(
+            (of(case, "speedup", Some(1)) - at_c1).abs() < 1e-12,
+            "{case} C=1"
+        );
+        let at_sat = of(case, "saturation_output_throughput", None)
+            / of("baseline", "saturation_output_throughput", None);
+        assert!(
+            (of(case, "speedup", None) - at_sat).abs() < 1e-12,
+            "{case} saturation"
+        );
+    }
+    assert!(report.summary["fit"].contains_key("speedup"));
 }

@@ -29,6 +29,14 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
     .map(|s| s.to_string())
     .collect::<Vec<_>>()];
     for p in &r.points {
+        // ratios and accept lengths sit near 1-4: a third decimal is their resolution
+        let value = |v: f64| {
+            if matches!(p.metric.as_str(), "speedup" | "accept_length") {
+                format!("{v:.3}")
+            } else {
+                format!("{v:.2}")
+            }
+        };
         rows.push(vec![
             format!("{}/{}", p.source, p.case),
             p.role.name().into(),
@@ -37,8 +45,8 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
             p.concurrency
                 .map(|c| c.to_string())
                 .unwrap_or_else(|| "sat".into()),
-            format!("{:.2}", p.measured),
-            format!("{:.2}", p.predicted),
+            value(p.measured),
+            value(p.predicted),
             format!("{:+.1}%", p.error_pct),
         ]);
     }
