@@ -29,6 +29,8 @@ pub struct Distribution {
     /// Running sum in arrival order; the mean once the histogram holds the values.
     sum: f64,
     limit: usize,
+    /// Keeps no values: the mean (summed in arrival order) is all it reports.
+    means_only: bool,
 }
 
 impl Default for Distribution {
@@ -57,12 +59,26 @@ impl Distribution {
             count: 0,
             sum: 0.0,
             limit,
+            means_only: false,
         }
     }
 
+    /// One that keeps only the count and the sum, for callers that read the mean alone (a
+    /// fit's objective): no values stored, nothing sorted. Its percentiles are NaN.
+    pub fn means_only() -> Distribution {
+        Distribution {
+            means_only: true,
+            ..Distribution::with_exact_limit(0)
+        }
+    }
+
+    #[inline]
     pub fn push(&mut self, value: f64) {
         self.count += 1;
         self.sum += value;
+        if self.means_only {
+            return;
+        }
         match &mut self.sketch {
             Some(h) => h.add(value),
             None if self.exact.len() < self.limit => self.exact.push(value),
@@ -90,6 +106,18 @@ impl Distribution {
     /// (numpy's default, as SGLang's and vLLM's benchmark scripts compute them); all 0 when
     /// empty.
     pub fn summary(mut self) -> Summary {
+        if self.means_only {
+            return Summary {
+                mean: if self.count == 0 {
+                    0.0
+                } else {
+                    self.sum / self.count as f64
+                },
+                median: f64::NAN,
+                p99: f64::NAN,
+                exact: false,
+            };
+        }
         match &self.sketch {
             None => {
                 sort_total_order(&mut self.exact);

@@ -52,6 +52,9 @@ pub struct LoadPlan {
     /// metrics: for recording a trace and for tests. Off, a level's memory does not grow
     /// with its requests.
     pub keep_records: bool,
+    /// Whether levels report latency percentiles; without, only means and counts (a fit's
+    /// objective), and nothing per token is stored or sorted.
+    pub percentiles: bool,
 }
 
 impl LoadPlan {
@@ -67,6 +70,15 @@ impl LoadPlan {
             burstiness: exp.burstiness,
             max_concurrency: exp.max_concurrency,
             keep_records: false,
+            percentiles: true,
+        }
+    }
+
+    /// The same load, reporting means and counts only.
+    pub fn means_only(self) -> LoadPlan {
+        LoadPlan {
+            percentiles: false,
+            ..self
         }
     }
 
@@ -302,7 +314,11 @@ fn start<'s, 'p>(
         label,
         total,
         finished: 0,
-        metrics: LevelAccumulator::default(),
+        metrics: if plan.percentiles {
+            LevelAccumulator::default()
+        } else {
+            LevelAccumulator::means_only()
+        },
         records: plan
             .keep_records
             .then(|| Vec::with_capacity(total as usize)),

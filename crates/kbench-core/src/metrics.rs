@@ -137,6 +137,19 @@ pub struct LevelAccumulator {
 }
 
 impl LevelAccumulator {
+    /// One that reports means and counts only (percentiles NaN), storing no latencies: for
+    /// a fit that reads means, where sorting every token gap of every evaluation is most
+    /// of the work.
+    pub fn means_only() -> LevelAccumulator {
+        LevelAccumulator {
+            ttft: Distribution::means_only(),
+            tpot: Distribution::means_only(),
+            itl: Distribution::means_only(),
+            e2e: Distribution::means_only(),
+            ..LevelAccumulator::default()
+        }
+    }
+
     /// Counts one finished request; warm-up requests are left out.
     pub fn add(&mut self, r: &RequestRecord) {
         if r.warmup {
@@ -320,6 +333,27 @@ mod tests {
             reported_rounds: None,
             error: None,
         }
+    }
+
+    #[test]
+    fn a_means_only_level_reports_the_same_means_and_no_percentiles() {
+        let records: Vec<RequestRecord> = (0..40u64)
+            .map(|i| rec(i, i * 7, &[100 + i * 13, 150 + i * 29, 260 + i * 31], &[]))
+            .collect();
+        let full = level_metrics(1, &records);
+        let mut lean = LevelAccumulator::means_only();
+        records.iter().for_each(|r| lean.add(r));
+        let lean = lean.finish(1);
+        for (a, b) in [
+            (full.mean_ttft_ms, lean.mean_ttft_ms),
+            (full.mean_tpot_ms, lean.mean_tpot_ms),
+            (full.mean_itl_ms, lean.mean_itl_ms),
+            (full.mean_e2e_latency_ms, lean.mean_e2e_latency_ms),
+        ] {
+            assert!((a - b).abs() <= 1e-12 * a.abs(), "{a} against {b}");
+        }
+        assert_eq!(full.output_throughput, lean.output_throughput);
+        assert!(lean.median_tpot_ms.is_nan() && lean.p99_ttft_ms.is_nan());
     }
 
     #[test]

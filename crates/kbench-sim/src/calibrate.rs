@@ -146,21 +146,27 @@ impl Problem {
                 (i, template.as_ref().map(OpTables::fresh))
             })
             .collect();
-        let mut buckets: Vec<Vec<(usize, usize, Option<OpTables>)>> =
-            (0..threads).map(|_| Vec::new()).collect();
-        for (k, (i, t)) in jobs.into_iter().enumerate() {
-            buckets[k % threads].push((k, i, t));
-        }
+        // each thread takes the next configuration when it is free: their run times differ
+        // several-fold (8k-token outputs against 1k), so a fixed split leaves a core idle
+        let queue = std::sync::Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
+        let queue = &queue;
         let engine = &engine;
         let results: Vec<Vec<ConfigRun>> = std::thread::scope(|s| {
-            let handles: Vec<_> = buckets
-                .into_iter()
-                .map(|bucket| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
                     s.spawn(move || {
-                        bucket
-                            .into_iter()
-                            .map(|(k, i, tables)| (k, self.run_case(i, engine, tables)))
-                            .collect::<Vec<_>>()
+                        let mut done = Vec::new();
+                        loop {
+                            let next = queue
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .pop();
+                            let Some((k, (i, tables))) = next else {
+                                break;
+                            };
+                            done.push((k, self.run_case(i, engine, tables)));
+                        }
+                        done
                     })
                 })
                 .collect();
@@ -207,7 +213,7 @@ impl Problem {
             tables,
             c.acceptance.clone(),
         )?;
-        predict_points(&c.exp, &c.case, &mut backend)
+        predict_points(&c.exp, &c.case, &mut backend, true)
     }
 
     /// Point weights: every source weighs the same, whatever its number of points.

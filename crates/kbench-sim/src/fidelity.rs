@@ -174,18 +174,24 @@ pub(crate) fn case_experiment(dir: &Path, case: &Case) -> Result<Experiment, Sim
 }
 
 /// Runs a case's experiment on `backend` and reads the value of each of its points.
+/// `means_only` when no point reads a percentile (a fit's evaluations): the levels then
+/// store and sort no latencies.
 pub(crate) fn predict_points(
     exp: &Experiment,
     case: &Case,
     backend: &mut dyn Backend,
+    means_only: bool,
 ) -> Result<Vec<f64>, SimError> {
-    let levels =
-        run_levels(backend, &LoadPlan::from_experiment(exp), &mut NoProgress).map_err(|e| {
-            SimError::Backend {
-                experiment: case.name.clone(),
-                source: Box::new(e),
-            }
-        })?;
+    let plan = LoadPlan::from_experiment(exp);
+    let plan = if means_only && !case.points.iter().any(|p| reads_a_percentile(&p.metric)) {
+        plan.means_only()
+    } else {
+        plan
+    };
+    let levels = run_levels(backend, &plan, &mut NoProgress).map_err(|e| SimError::Backend {
+        experiment: case.name.clone(),
+        source: Box::new(e),
+    })?;
     let metrics: Vec<serde_json::Value> = levels
         .iter()
         .map(|l| serde_json::to_value(&l.metrics).unwrap_or_default())
@@ -230,7 +236,7 @@ fn run_case(
     let exp = case_experiment(dir, case)?;
     let mut backend = SimBackend::new(&exp, crate::open::acceptance_for(&exp)?)?;
     let profile = backend.cost_model().engine.clone();
-    let mut predicted = predict_points(&exp, case, &mut backend)?;
+    let mut predicted = predict_points(&exp, case, &mut backend, false)?;
     divide_speedups(dir, case, cases, &mut predicted)?;
     let points = case
         .points
@@ -250,6 +256,10 @@ fn run_case(
         })
         .collect();
     Ok((points, profile))
+}
+
+fn reads_a_percentile(metric: &str) -> bool {
+    metric.starts_with("median_") || metric.starts_with("p99_")
 }
 
 /// A `speedup` point was predicted as the case's own output throughput; divides it by its
@@ -280,7 +290,7 @@ fn divide_speedups(
     };
     let exp = case_experiment(dir, &plain)?;
     let mut backend = SimBackend::new(&exp, crate::open::acceptance_for(&exp)?)?;
-    let plain_throughput = predict_points(&exp, &plain, &mut backend)?;
+    let plain_throughput = predict_points(&exp, &plain, &mut backend, false)?;
     for (&i, t) in speedups.iter().zip(plain_throughput) {
         predicted[i] /= t;
     }
