@@ -911,3 +911,47 @@ fn http_runs_rate_levels_with_drawn_lengths_and_a_shared_prefix() {
     }
     assert!(levels[1].metrics.p99_queue_delay_ms.unwrap() > 0.0);
 }
+
+/// A level where every request failed measured nothing: the run says so and exits 4 (a
+/// backend failure), after writing the report with the reasons. It used to exit 0 with a
+/// report of zeros.
+#[test]
+fn a_run_where_every_request_failed_exits_as_a_backend_failure() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exp_file = root.join("experiments/topk1_v2.toml");
+    let server = ServerProc::start(&[
+        "--sim",
+        exp_file.to_str().unwrap(),
+        "--speed",
+        "1000",
+        "--fail-rate",
+        "1",
+        "--fail-kinds",
+        "server_error",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+        .args(["experiment", exp_file.to_str().unwrap(), "-q"])
+        .args(["--server-url", &format!("http://{}", server.addr)])
+        .args(["--concurrency", "1"])
+        .args(["--set", "benchmark.requests_per_level=2"])
+        .args(["--set", "benchmark.warmup_requests=0"])
+        .args(["--set", "backend.http.flush_cache=false"])
+        .arg("--no-predict")
+        .arg("--json")
+        .arg(&json)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("kbench runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("every request failed at topk1_v2 C=1 (2 failed)")
+            && stderr.contains("HTTP 500"),
+        "{stderr}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["levels"][0]["failed"], 2, "{report}");
+}

@@ -116,7 +116,8 @@ pub const HELP: &str = "Exit codes:
   1    a failure with no more specific code
   2    the command line is wrong
   3    an input (experiment, trace, model, profile, corpus) is missing or invalid
-  4    the backend failed while serving (a server that died, an engine error)
+  4    the backend failed while serving (a server that died, an engine error, every
+       request of a level failed)
   5    an output file could not be written
   6    a check did not pass (kernels check; a search that ranks nothing)
   130  interrupted (Ctrl-C); the levels that finished were written";

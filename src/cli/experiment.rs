@@ -70,8 +70,39 @@ pub fn run(args: ExperimentArgs) -> CliResult<()> {
             }
             Err(e)
         }
-        None => Ok(()),
+        None => match every_request_failed(&reports) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        },
     }
+}
+
+/// A level where every measured request failed measured nothing: its zeros are not data,
+/// so the run exits as a backend failure (after the report, which lists the reasons).
+fn every_request_failed(reports: &[Report]) -> Option<CliError> {
+    let empty: Vec<(String, &kbench_core::metrics::LevelMetrics)> = reports
+        .iter()
+        .flat_map(|r| {
+            r.levels
+                .iter()
+                .filter(|l| l.completed == 0 && l.failed > 0)
+                .map(move |l| (r.experiment.name.clone(), l))
+        })
+        .collect();
+    let (_, first) = empty.first()?;
+    let levels: Vec<String> = empty
+        .iter()
+        .map(|(n, l)| format!("{n} C={} ({} failed)", l.concurrency, l.failed))
+        .collect();
+    let reason = first
+        .errors
+        .first()
+        .map(|e| format!("; the first reason: {e}"))
+        .unwrap_or_default();
+    Some(CliError::new(
+        exit::BACKEND,
+        format!("every request failed at {}{reason}", levels.join(", ")),
+    ))
 }
 
 /// `kbench sglang-args` / `kbench vllm-args`: the launch line of each variant.
