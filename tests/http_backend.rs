@@ -475,6 +475,37 @@ fn sglang_args_prints_what_the_file_implies() {
     assert!(want > 1.5 && want < 3.0, "{want}");
 }
 
+#[test]
+fn vllm_args_simulates_acceptance_with_vllms_synthetic_sampler() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = root.join("data/validation/experiments/kimi-k2.6-rtx-pro-6000-vllm-decode.toml");
+    let sets = [
+        "speculative.method=\"eagle3\"",
+        "speculative.num_speculative_tokens=3",
+        "workload.accept_length=2.155",
+    ];
+    let args = |extra: &[&str]| {
+        let mut a = vec!["vllm-args", file.to_str().unwrap()];
+        for s in sets.iter().chain(extra) {
+            a.extend(["--set", s]);
+        }
+        kbench(&a)
+    };
+    let plain = args(&[]);
+    assert!(
+        plain.contains(r#""model":"lightseekorg/kimi-k2.5-eagle3-mla""#),
+        "{plain}"
+    );
+    assert!(!plain.contains("synthetic"), "{plain}");
+    let out = args(&["backend.http.launch.acceptance=\"simulate\""]);
+    assert!(
+        out.contains(
+            r#""rejection_sample_method":"synthetic","synthetic_acceptance_length":2.155"#
+        ),
+        "{out}"
+    );
+}
+
 /// Kills the server once the second level has finished its first two requests.
 struct KillMidLevel {
     server: Option<ServerProc>,

@@ -483,7 +483,11 @@ fn minimax_m3() -> ModelArch {
         }),
     }
 }
-pub const DRAFT_PRESETS: &[&str] = &["kimi-k2.5-eagle3", "llama-3.1-8b-eagle3"];
+pub const DRAFT_PRESETS: &[&str] = &[
+    "kimi-k2.5-eagle3",
+    "kimi-k2.5-eagle3-mla",
+    "llama-3.1-8b-eagle3",
+];
 
 fn kimi_k25() -> ModelArch {
     ModelArch {
@@ -549,7 +553,9 @@ fn kimi_k25() -> ModelArch {
     }
 }
 
-/// EAGLE-3 draft head: one llama-style decoder layer over concat(embedding, fc(hidden)).
+/// EAGLE-3 draft head: one decoder layer over concat(embedding, fc(hidden)), llama-style
+/// (MHA/GQA attention) or, with `mla`, DeepSeek-style latent attention and a dense MLP
+/// (vLLM's `Eagle3DeepseekV2ForCausalLM`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DraftArch {
     pub name: String,
@@ -564,6 +570,10 @@ pub struct DraftArch {
     pub capture_layers: Vec<u32>,
     pub rms_norm_eps: f64,
     pub rope_theta: f64,
+    /// Latent attention (`kv_lora_rank` in the config): its q/kv projections take the
+    /// 2 x hidden concatenation, its KV cache is the latent.
+    #[serde(default)]
+    pub mla: Option<MlaDims>,
 }
 
 impl DraftArch {
@@ -581,6 +591,31 @@ impl DraftArch {
                 capture_layers: vec![1, 29, 57],
                 rms_norm_eps: 1e-5,
                 rope_theta: 50000.0,
+                mla: None,
+            }),
+            // lightseekorg/kimi-k2.5-eagle3-mla (and its K2.6 successors), trained with
+            // TorchSpec: its draft config (configs/draft_models/kimi_k25_eagle3_mla.json in
+            // TorchSpec forks; the K3 head's kimi_k3_eagle3_mla.json has the same dims)
+            // keeps Kimi's MLA shape, a dense 18432 MLP and the full 163840 vocabulary.
+            "kimi-k2.5-eagle3-mla" => Ok(DraftArch {
+                name: name.into(),
+                hidden_size: 7168,
+                num_heads: 64,
+                num_kv_heads: 64,
+                head_dim: 128,
+                intermediate_size: 18432,
+                draft_vocab_size: 163840,
+                target_vocab_size: 163840,
+                capture_layers: vec![1, 29, 57],
+                rms_norm_eps: 1e-5,
+                rope_theta: 50000.0,
+                mla: Some(MlaDims {
+                    q_lora_rank: Some(1536),
+                    kv_lora_rank: 512,
+                    qk_nope_head_dim: 128,
+                    qk_rope_head_dim: 64,
+                    v_head_dim: 128,
+                }),
             }),
             "llama-3.1-8b-eagle3" => Ok(DraftArch {
                 name: name.into(),
@@ -594,6 +629,7 @@ impl DraftArch {
                 capture_layers: vec![1, 15, 28],
                 rms_norm_eps: 1e-5,
                 rope_theta: 500000.0,
+                mla: None,
             }),
             other => Err(ArchError::UnknownDraftPreset {
                 name: other.into(),
@@ -641,12 +677,26 @@ impl DraftArch {
             capture_layers,
             rms_norm_eps: f.f64_or("rms_norm_eps", 1e-6),
             rope_theta: f.f64_or("rope_theta", target.rope_theta),
+            mla: match f.opt_u32("kv_lora_rank") {
+                None => None,
+                Some(kv_lora_rank) => Some(MlaDims {
+                    q_lora_rank: f.opt_u32("q_lora_rank"),
+                    kv_lora_rank,
+                    qk_nope_head_dim: f.u32("qk_nope_head_dim")?,
+                    qk_rope_head_dim: f.u32("qk_rope_head_dim")?,
+                    v_head_dim: f.u32("v_head_dim")?,
+                }),
+            },
         })
     }
 
-    /// KV bytes per token (MHA/GQA, BF16) of the draft's single layer.
+    /// KV bytes per token (BF16) of the draft's single layer: K and V per KV head, or the
+    /// latent and its RoPE key.
     pub fn kv_bytes_per_token(&self) -> u64 {
-        2 * 2 * (self.num_kv_heads * self.head_dim) as u64
+        match &self.mla {
+            Some(m) => 2 * (m.kv_lora_rank + m.qk_rope_head_dim) as u64,
+            None => 2 * 2 * (self.num_kv_heads * self.head_dim) as u64,
+        }
     }
 }
 
@@ -759,6 +809,44 @@ fn parse_rope_scaling(r: &Value) -> Option<RopeScaling> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_mla_draft_config_reads_as_the_mla_preset() {
+        // the TorchSpec draft config's fields (Eagle3DeepseekV2ForCausalLM)
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(
+            &path,
+            r#"{"architectures": ["Eagle3DeepseekV2ForCausalLM"], "hidden_size": 7168,
+                "intermediate_size": 18432, "num_hidden_layers": 1, "num_attention_heads": 64,
+                "num_key_value_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                "rms_norm_eps": 1e-05, "vocab_size": 163840, "draft_vocab_size": 163840,
+                "rope_theta": 50000.0,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}}"#,
+        )
+        .unwrap();
+        let target = ModelArch::preset("kimi-k2.5").unwrap();
+        let read = DraftArch::from_config_file(&path, &target).unwrap();
+        let preset = DraftArch::preset("kimi-k2.5-eagle3-mla").unwrap();
+        assert_eq!(read.mla, preset.mla);
+        assert_eq!(
+            (
+                read.intermediate_size,
+                read.draft_vocab_size,
+                read.capture_layers.clone()
+            ),
+            (18432, 163840, vec![1, 29, 57])
+        );
+        // the latent and its RoPE key in bf16, where the MHA head holds K and V of 64 heads
+        assert_eq!(preset.kv_bytes_per_token(), 1152);
+        assert_eq!(
+            DraftArch::preset("kimi-k2.5-eagle3")
+                .unwrap()
+                .kv_bytes_per_token(),
+            32768
+        );
+    }
 
     #[test]
     fn kimi_capture_layers_match_sglang() {

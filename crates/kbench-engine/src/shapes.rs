@@ -166,6 +166,12 @@ pub struct DraftShapes {
 impl DraftShapes {
     /// Errors where the query heads do not group over the KV heads.
     pub fn new(arch: &DraftArch) -> Result<DraftShapes> {
+        if arch.mla.is_some() {
+            return Err(EngineError::Unsupported(format!(
+                "draft `{}` has latent attention (Eagle3DeepseekV2ForCausalLM): this engine runs the llama-style EAGLE-3 head only; the sim backend prices the MLA head",
+                arch.name
+            )));
+        }
         let hidden = arch.hidden_size as usize;
         let (heads, kv_heads) = (arch.num_heads as usize, arch.num_kv_heads as usize);
         if kv_heads == 0 || heads % kv_heads != 0 {
@@ -209,6 +215,17 @@ impl DraftShapes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_mla_draft_head_is_refused_by_name() {
+        let arch = DraftArch::preset("kimi-k2.5-eagle3-mla").unwrap();
+        let e = DraftShapes::new(&arch).err().unwrap().to_string();
+        assert!(
+            e.contains("latent attention") && e.contains("sim backend"),
+            "{e}"
+        );
+        assert!(DraftShapes::new(&DraftArch::preset("kimi-k2.5-eagle3").unwrap()).is_ok());
+    }
 
     /// Kimi-K2.5's tensors as its `model.safetensors.index.json` and safetensors headers
     /// list them (layer 1, expert 0).

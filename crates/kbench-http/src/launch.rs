@@ -92,6 +92,7 @@ pub(crate) fn hub_id(preset: &str) -> Option<&'static str> {
     match preset {
         "kimi-k2.5" => Some("moonshotai/Kimi-K2.5"),
         "kimi-k2.5-eagle3" => Some("lightseekorg/kimi-k2.5-eagle3"),
+        "kimi-k2.5-eagle3-mla" => Some("lightseekorg/kimi-k2.5-eagle3-mla"),
         "deepseek-v3" => Some("deepseek-ai/DeepSeek-V3"),
         "minimax-m3" => Some("MiniMaxAI/MiniMax-M3-MXFP8"),
         "llama-3.1-8b" => Some("meta-llama/Llama-3.1-8B-Instruct"),
@@ -219,9 +220,12 @@ pub fn simulated_accept_length(exp: &Experiment) -> Result<f64, HttpError> {
             "launch: acceptance = \"simulate\" needs speculative decoding in [speculative]".into(),
         ));
     }
+    if let Some(accept_length) = exp.accept_length {
+        return Ok(accept_length);
+    }
     let path = exp.trace.as_ref().ok_or_else(|| {
         HttpError::Settings(
-            "launch: acceptance = \"simulate\" takes its accept length from the trace: set [workload] trace".into(),
+            "launch: acceptance = \"simulate\" takes its accept length from the trace or [workload] accept_length: set one".into(),
         )
     })?;
     let trace_error = |source| HttpError::Trace {

@@ -6,7 +6,7 @@ use kbench_core::spec::{Algorithm, EngineKind, Experiment, KvCacheDtype};
 use serde_json::{Map, Value};
 
 use crate::error::HttpError;
-use crate::launch::{checkpoint_path, shell_line};
+use crate::launch::{checkpoint_path, shell_line, simulated_accept_length, LaunchAcceptance};
 use crate::settings::{HttpSettings, Target};
 
 /// vLLM's JSON for `--speculative-config`, keys in the order vLLM's docs write them.
@@ -17,8 +17,8 @@ pub fn speculative_config(exp: &Experiment) -> Result<Option<String>, HttpError>
     };
     let mut m = Map::new();
     m.insert("method".into(), method.into());
+    let launch = HttpSettings::of(exp)?.launch.unwrap_or_default();
     if s.algorithm.uses_draft_head() {
-        let launch = HttpSettings::of(exp)?.launch.unwrap_or_default();
         let draft = exp.file.draft.as_ref();
         let path = checkpoint_path(
             exp,
@@ -33,6 +33,16 @@ pub fn speculative_config(exp: &Experiment) -> Result<Option<String>, HttpError>
     if let (Algorithm::Ngram, Some(w)) = (s.algorithm, s.ngram) {
         m.insert("prompt_lookup_min".into(), w.min.into());
         m.insert("prompt_lookup_max".into(), w.max.into());
+    }
+    if launch.acceptance == LaunchAcceptance::Simulate {
+        // vLLM's simulated acceptance: every round drawn to this mean by its synthetic
+        // rejection sampler (vllm/config/speculative.py), as SGLANG_SIMULATE_ACC_LEN does
+        let accept = simulated_accept_length(exp)?;
+        m.insert("rejection_sample_method".into(), "synthetic".into());
+        m.insert(
+            "synthetic_acceptance_length".into(),
+            ((accept * 1000.0).round() / 1000.0).into(),
+        );
     }
     Ok(Some(Value::Object(m).to_string()))
 }

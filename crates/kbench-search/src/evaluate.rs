@@ -70,6 +70,9 @@ impl Shared {
         if !exp.spec.is_speculative() {
             return Ok(None);
         }
+        if exp.accept_length.is_some() {
+            return kbench_sim::acceptance_for(exp);
+        }
         let path = exp.trace.clone().ok_or_else(|| SimError::NoTrace {
             experiment: exp.path.clone(),
         })?;

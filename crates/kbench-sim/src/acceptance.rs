@@ -100,6 +100,43 @@ impl AcceptanceModel for DepthRateAcceptance {
     }
 }
 
+/// Every round drawn to one mean accept length with the least variance, as the engines'
+/// simulated acceptance does: vLLM's synthetic rejection sampler turns
+/// `synthetic_acceptance_length` L into unconditional per-position rates
+/// clamp(L - 1 - i, 0, 1) (`SpeculativeConfig._acceptance_length_to_rates`: 2.6 over 3
+/// drafts is [1.0, 0.6, 0.0]), so a round accepts floor(L - 1) drafts, and one more with
+/// probability frac(L - 1). For a source that reports only a mean: the rounds' cost does
+/// not depend on their spread under a fixed draft length.
+#[derive(Debug, Clone)]
+pub struct MeanAcceptance {
+    pub seed: u64,
+    /// Tokens per round, bonus included.
+    pub accept_length: f64,
+}
+
+impl AcceptanceModel for MeanAcceptance {
+    fn round_commit(&self, request_id: u64, position: u32, spec: &SpecConfig) -> u32 {
+        let most = spec.shape.num_steps + 1;
+        let drafts = (self.accept_length - 1.0).max(0.0);
+        let whole = drafts.floor();
+        let h = derive_seed(
+            self.seed,
+            "mean-accept",
+            request_id ^ ((position as u64) << 40),
+        );
+        let u = (h >> 11) as f64 / (1u64 << 53) as f64;
+        let extra = u32::from(u < drafts - whole);
+        (1 + whole as u32 + extra).clamp(1, most)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "every round drawn to accept length {} (the engines' simulated acceptance), not a trace",
+            self.accept_length
+        )
+    }
+}
+
 /// Every round commits the same number of tokens (capped at num_steps + 1): for tests.
 #[derive(Debug, Clone)]
 pub struct ConstantAcceptance(pub u32);
@@ -124,6 +161,25 @@ mod tests {
         let l = a.expected_accept_length(&SpecConfig::eagle(2, 1, 3));
         assert!((2.2..=2.3).contains(&l), "{l}");
         assert!(a.expected_accept_length(&SpecConfig::eagle(3, 4, 8)) > 2.7);
+    }
+
+    #[test]
+    fn mean_acceptance_draws_rounds_to_its_mean_with_the_least_spread() {
+        let s = SpecConfig::eagle(3, 1, 4);
+        for (target, allowed) in [(2.155, [2, 3]), (2.6, [2, 3]), (1.0, [1, 1]), (4.0, [4, 4])] {
+            let a = MeanAcceptance {
+                seed: 11,
+                accept_length: target,
+            };
+            let rounds: Vec<u32> = (0..20_000).map(|p| a.round_commit(3, p, &s)).collect();
+            assert!(
+                rounds.iter().all(|r| allowed.contains(r)),
+                "{target}: {rounds:?}"
+            );
+            let mean = rounds.iter().sum::<u32>() as f64 / rounds.len() as f64;
+            assert!((mean - target).abs() < 0.01, "{target}: mean {mean}");
+            assert_eq!(rounds[7], a.round_commit(3, 7, &s));
+        }
     }
 
     #[test]

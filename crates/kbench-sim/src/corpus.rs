@@ -87,6 +87,14 @@ pub struct Case {
 /// the same concurrency (at saturation without one), as measured by the source.
 pub const SPEEDUP: &str = "speedup";
 
+/// Sustained decode: the rate C streams decode at together while none is in prefill, as
+/// decode benchmarks that keep C streams running report it (llm_decode_bench's generation
+/// counter over a window). Predicted as C / mean TPOT.
+pub const DECODE_THROUGHPUT: &str = "decode_throughput";
+
+/// What a speedup may divide: output throughput (requests end to end) or sustained decode.
+pub const SPEEDUP_OF: [&str; 2] = ["output_throughput", DECODE_THROUGHPUT];
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Point {
@@ -97,8 +105,18 @@ pub struct Point {
     #[serde(default)]
     pub concurrency: Option<u32>,
     pub value: f64,
+    /// A speedup's throughput: `output_throughput` (unset) or `decode_throughput`.
+    #[serde(default)]
+    pub of: Option<String>,
     #[serde(default)]
     pub note: Option<String>,
+}
+
+impl Point {
+    /// The level metric a speedup point divides.
+    pub fn speedup_of(&self) -> &str {
+        self.of.as_deref().unwrap_or("output_throughput")
+    }
 }
 
 /// A corpus file as read, with where it lives.
@@ -109,8 +127,9 @@ pub struct LoadedCorpus {
 }
 
 /// The level metrics a point may name (every numeric key of a level's report).
-pub const POINT_METRICS: [&str; 15] = [
+pub const POINT_METRICS: [&str; 16] = [
     SPEEDUP,
+    DECODE_THROUGHPUT,
     "output_throughput",
     "saturation_output_throughput",
     "per_request_output_throughput",
@@ -162,6 +181,28 @@ pub fn load_corpus(path: &Path) -> Result<LoadedCorpus, SimError> {
                     p.metric,
                     POINT_METRICS.join(", ")
                 )));
+            }
+            match p.of.as_deref() {
+                Some(of) if p.metric != SPEEDUP => {
+                    return Err(bad(format!(
+                        "case `{}`: `of = \"{of}\"` is for `speedup` points, not `{}`",
+                        case.name, p.metric
+                    )))
+                }
+                Some(of) if !SPEEDUP_OF.contains(&of) => {
+                    return Err(bad(format!(
+                        "case `{}`: a speedup of `{of}`: use one of {}",
+                        case.name,
+                        SPEEDUP_OF.join(", ")
+                    )))
+                }
+                Some(DECODE_THROUGHPUT) if p.concurrency.is_none() => {
+                    return Err(bad(format!(
+                        "case `{}`: a speedup of decode_throughput needs the concurrency it was measured at",
+                        case.name
+                    )))
+                }
+                _ => {}
             }
             if p.metric == SPEEDUP {
                 match case.baseline.as_deref() {

@@ -152,6 +152,81 @@ pub enum KvReads {
     PerQueryToken,
 }
 
+/// Where the tensor-parallel all-reduce's time comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AllReducePrice {
+    /// The op tables' NCCL measurement.
+    #[default]
+    Table,
+    /// A fixed latency plus the ring's bytes over the bus bandwidth (the section's
+    /// `latency_us` and `bus_gbs`, else the hardware profile's link terms): for a box
+    /// whose collectives were measured apart from the tables.
+    Link,
+}
+
+/// The engine's collectives, with where their pricing was read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectivesSection {
+    pub all_reduce: AllReducePrice,
+    /// `link`: the all-reduce's fixed latency on the box the profile was measured on.
+    #[serde(default)]
+    pub latency_us: Option<Param>,
+    /// `link`: its bus bandwidth (nccl-tests' busbw), GB/s.
+    #[serde(default)]
+    pub bus_gbs: Option<Param>,
+    #[serde(rename = "ref")]
+    pub reference: String,
+}
+
+impl CollectivesSection {
+    /// (latency us, bus GB/s) when the all-reduce is priced from link terms, falling back
+    /// to the hardware profile's.
+    pub fn all_reduce_link(
+        &self,
+        hardware: &crate::profile::HardwareProfile,
+    ) -> Option<(f64, f64)> {
+        let ic = &hardware.interconnect;
+        (self.all_reduce == AllReducePrice::Link).then(|| {
+            (
+                self.latency_us
+                    .as_ref()
+                    .map_or(ic.all_reduce_latency_us.value, |p| p.value),
+                self.bus_gbs
+                    .as_ref()
+                    .map_or(ic.all_reduce_bus_gbs.value, |p| p.value),
+            )
+        })
+    }
+}
+
+impl Default for CollectivesSection {
+    fn default() -> CollectivesSection {
+        CollectivesSection {
+            all_reduce: AllReducePrice::Table,
+            latency_us: None,
+            bus_gbs: None,
+            reference: "the op tables' NCCL all-reduce".into(),
+        }
+    }
+}
+
+/// What an fp8 KV cache saves the decode kernels the op tables measured with a bf16 cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fp8Kv {
+    /// Half the bytes, so half the context-dependent time: a kernel that streams at the
+    /// bandwidth it reaches with one row.
+    #[default]
+    HalfBytes,
+    /// Priced as half as many bf16 rows, never fewer than one: a kernel with a fixed grid
+    /// per row (Triton's decode attention: batch x head groups x `num_kv_splits` programs)
+    /// is bound by its programs' latency at a few rows, where fp8 loads gain nothing, and
+    /// by bandwidth at many, where they halve the time.
+    HalfRows,
+}
+
 /// The attention backends' KV reads, per attention kind, with where that was read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -160,6 +235,9 @@ pub struct AttentionSection {
     pub mla_kv_reads: KvReads,
     /// MHA / GQA models and the EAGLE-3 draft layer.
     pub mha_kv_reads: KvReads,
+    /// How an fp8 KV cache is priced against the bf16 tables.
+    #[serde(default)]
+    pub fp8_kv: Fp8Kv,
     /// The backend code the two values were read from.
     #[serde(rename = "ref")]
     pub reference: String,
@@ -170,6 +248,7 @@ impl Default for AttentionSection {
         AttentionSection {
             mla_kv_reads: KvReads::PerRequest,
             mha_kv_reads: KvReads::PerRequest,
+            fp8_kv: Fp8Kv::HalfBytes,
             reference:
                 "one causal query block per request (docs/cost-model.md, \"Verify attention\")"
                     .into(),
@@ -227,6 +306,8 @@ pub struct EngineProfile {
     pub kernels: KernelSection,
     #[serde(default)]
     pub attention: AttentionSection,
+    #[serde(default)]
+    pub collectives: CollectivesSection,
     #[serde(default)]
     pub free: Vec<FreeParam>,
     #[serde(default)]

@@ -12,7 +12,7 @@ use kbench_core::metrics::percentile;
 use kbench_core::spec::{load_experiment, Experiment};
 use serde::Serialize;
 
-use crate::corpus::{Case, LoadedCorpus, Role, SPEEDUP};
+use crate::corpus::{Case, LoadedCorpus, Role, DECODE_THROUGHPUT, SPEEDUP};
 use crate::engine_profile::EngineProfile;
 use crate::error::SimError;
 use crate::sim::SimBackend;
@@ -210,10 +210,14 @@ pub(crate) fn predict_points(
                 .and_then(|(_, m)| {
                     // a speedup's numerator; divide_speedups divides by the baseline's
                     let key = if p.metric == SPEEDUP {
-                        "output_throughput"
+                        p.speedup_of()
                     } else {
                         p.metric.as_str()
                     };
+                    if key == DECODE_THROUGHPUT {
+                        let tpot = m.get("mean_tpot_ms").and_then(|v| v.as_f64())?;
+                        return (tpot > 0.0).then(|| c as f64 * 1000.0 / tpot);
+                    }
                     m.get(key).and_then(|v| v.as_f64())
                 })
                 .ok_or_else(|| SimError::Measurements {

@@ -114,10 +114,17 @@ pub fn target_bytes_per_token(model: &ModelArch, tp: u32, dtype: KvCacheDtype) -
     }
 }
 
-/// Bytes of the EAGLE-3 draft's KV (one layer) per token on one rank.
+/// Bytes of the EAGLE-3 draft's KV (one layer) per token on one rank: its KV heads' share,
+/// or, for a latent-attention head, the whole latent on every rank as the target's.
 pub fn draft_bytes_per_token(draft: &DraftArch, tp: u32, dtype: KvCacheDtype) -> u64 {
-    let kv = (draft.num_kv_heads / tp.max(1)).max(1) as u64;
-    2 * kv * draft.head_dim as u64 * dtype.bytes() as u64
+    let b = dtype.bytes() as u64;
+    match &draft.mla {
+        Some(m) => (m.kv_lora_rank + m.qk_rope_head_dim) as u64 * b,
+        None => {
+            let kv = (draft.num_kv_heads / tp.max(1)).max(1) as u64;
+            2 * kv * draft.head_dim as u64 * b
+        }
+    }
 }
 
 /// Sizes the pool; an error says why nothing is left for it.

@@ -91,9 +91,27 @@ pub fn weight_footprint(model: &ModelArch, draft: Option<&DraftArch>, tp: u32) -
     if let Some(d) = draft {
         let dh = d.hidden_size as f64;
         let hd = d.head_dim as f64;
+        let dheads = d.num_heads as f64;
         rep += 3.0 * dh * dh * BF16; // fc over the three captured hidden states
-        shard += 2.0 * dh * (d.num_heads as f64 + 2.0 * d.num_kv_heads as f64) * hd * BF16;
-        shard += d.num_heads as f64 * hd * dh * BF16;
+        match &d.mla {
+            // vLLM's DeepseekV2MLAAttention with input_size 2 x hidden (deepseek_eagle3.py)
+            Some(m) => {
+                let qk = (m.qk_nope_head_dim + m.qk_rope_head_dim) as f64;
+                let latent = (m.kv_lora_rank + m.qk_rope_head_dim) as f64;
+                let q = m.q_lora_rank.map_or(0.0, f64::from);
+                rep += 2.0 * dh * (q + latent) * BF16;
+                shard += if q > 0.0 { q } else { 2.0 * dh } * dheads * qk * BF16;
+                shard += m.kv_lora_rank as f64
+                    * dheads
+                    * (m.qk_nope_head_dim + m.v_head_dim) as f64
+                    * BF16;
+                shard += dheads * m.v_head_dim as f64 * dh * BF16;
+            }
+            None => {
+                shard += 2.0 * dh * (dheads + 2.0 * d.num_kv_heads as f64) * hd * BF16;
+                shard += dheads * hd * dh * BF16;
+            }
+        }
         shard += 3.0 * dh * d.intermediate_size as f64 * BF16;
         shard += d.draft_vocab_size as f64 * dh * BF16;
         rep += 4.0 * dh * BF16;

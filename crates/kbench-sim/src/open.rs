@@ -32,6 +32,12 @@ pub fn acceptance_for(exp: &Experiment) -> Result<Option<Arc<dyn AcceptanceModel
     if !exp.spec.is_speculative() {
         return Ok(None);
     }
+    if let Some(accept_length) = exp.accept_length {
+        return Ok(Some(Arc::new(crate::acceptance::MeanAcceptance {
+            seed: exp.file.seed,
+            accept_length,
+        })));
+    }
     let path = exp.trace.as_ref().ok_or_else(|| SimError::NoTrace {
         experiment: exp.path.clone(),
     })?;

@@ -28,6 +28,11 @@ pub struct Pricer<'a> {
     pub tables_gpu: Option<&'a HardwareProfile>,
     /// GPUs in the tensor-parallel group.
     pub tp: u32,
+    /// Bf16 rows of the decode-attention tables one KV row is priced as (1, or 0.5 for an
+    /// fp8 cache under `Fp8Kv::HalfRows`), never fewer than one in all.
+    pub kv_rows_scale: f64,
+    /// (latency us, bus GB/s): price the all-reduce from these link terms, not the table.
+    pub all_reduce_link: Option<(f64, f64)>,
 }
 
 /// The tensor-core rate an operator's math runs at.
@@ -220,6 +225,12 @@ impl Pricer<'_> {
             let ic = &p.interconnect;
             ic.all_reduce_latency_us.value + bytes / (ic.all_reduce_bus_gbs.value * 1e3)
         };
+        if let Some((latency_us, bus_gbs)) = self
+            .all_reduce_link
+            .filter(|_| op.starts_with("all_reduce"))
+        {
+            return Ok((latency_us + bytes / (bus_gbs * 1e3), Source::Roofline));
+        }
         if let Some(t) = self.table(op) {
             let ms = t.lookup(op, [self.tp as f64, elements.max(1.0), 1.0], why)?;
             return Ok(match self.tables_gpu {
@@ -282,6 +293,11 @@ impl Pricer<'_> {
         ))
     }
 
+    /// The bf16 table rows `kv_streams` rows of this cache are priced as.
+    fn table_rows(&self, kv_streams: u32) -> f64 {
+        (kv_streams as f64 * self.kv_rows_scale).max(1.0)
+    }
+
     /// MLA decode-style attention over the latent cache: `queries` query tokens from
     /// `kv_streams` reads of a `ctx`-token cache, `heads` heads on this GPU. A decode batch
     /// has one query per stream; a verify block of K + 1 queries reads its request's cache
@@ -298,13 +314,10 @@ impl Pricer<'_> {
         why: &str,
     ) -> Result<(f64, Source), SimError> {
         let flops = 2.0 * 2.0 * queries.max(kv_streams) as f64 * heads as f64 * ctx * latent as f64;
-        let bytes = kv_streams as f64 * ctx * latent as f64 * 2.0;
+        let rows = self.table_rows(kv_streams);
+        let bytes = rows * ctx * latent as f64 * 2.0;
         if let Some(t) = self.table("mla_gen/bf16") {
-            let ms = t.lookup(
-                "mla_gen/bf16",
-                [heads as f64, kv_streams.max(1) as f64, ctx.max(1.0)],
-                why,
-            )?;
+            let ms = t.lookup("mla_gen/bf16", [heads as f64, rows, ctx.max(1.0)], why)?;
             let per_stream = 2.0 * 2.0 * kv_streams as f64 * heads as f64 * ctx * latent as f64;
             let (us, source) = self.moved_same(ms * 1e3, Work::bf16(bytes, per_stream))?;
             let math = self.roofline(0.0, flops, self.profile.gpu.bf16_tflops.value);
@@ -384,12 +397,13 @@ impl Pricer<'_> {
     ) -> Result<(f64, Source), SimError> {
         let flops =
             2.0 * 2.0 * queries.max(kv_streams) as f64 * heads as f64 * ctx * head_dim as f64;
-        let bytes = kv_streams as f64 * ctx * 2.0 * kv_heads as f64 * head_dim as f64 * 2.0;
+        let rows = self.table_rows(kv_streams);
+        let bytes = rows * ctx * 2.0 * kv_heads as f64 * head_dim as f64 * 2.0;
         if heads == kv_heads && head_dim == 128 {
             if let Some(t) = self.table("attn_gen/hd128/bf16") {
                 let ms = t.lookup(
                     "attn_gen/hd128/bf16",
-                    [heads as f64, kv_streams.max(1) as f64, ctx.max(1.0)],
+                    [heads as f64, rows, ctx.max(1.0)],
                     why,
                 )?;
                 let per_stream =

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use kbench_core::spec::load_experiment;
 use kbench_sim::corpus::{corpus_files, load_corpus, Role};
 use kbench_sim::fidelity::run_corpus;
 
@@ -36,18 +37,33 @@ fn predictions_never_read_the_measured_values() {
 }
 
 #[test]
-fn at_least_a_third_of_the_points_are_check() {
+fn at_least_a_third_of_the_points_and_of_the_speculative_points_are_check() {
     let corpus = shipped();
-    let (mut check, mut all) = (0, 0);
+    let (mut check, mut all, mut spec_check, mut spec_all) = (0, 0, 0, 0);
     for c in &corpus {
+        let dir = c.path.parent().unwrap();
         for case in &c.file.cases {
-            all += case.points.len();
-            if case.role == Role::Check {
-                check += case.points.len();
+            let sets: Vec<String> = case.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let exp = load_experiment(&dir.join(&case.experiment), &sets)
+                .unwrap()
+                .remove(0)
+                .experiment;
+            let n = case.points.len();
+            let is_check = case.role == Role::Check;
+            all += n;
+            check += if is_check { n } else { 0 };
+            if exp.spec.is_speculative() {
+                spec_all += n;
+                spec_check += if is_check { n } else { 0 };
             }
         }
     }
     assert!(3 * check >= all, "{check} of {all}");
+    assert!(spec_all > 0);
+    assert!(
+        3 * spec_check >= spec_all,
+        "{spec_check} of {spec_all} speculative"
+    );
 }
 
 #[test]
@@ -92,6 +108,18 @@ fn bad_corpus_files_say_what_is_wrong() {
             format!("{source}{case}baseline = \"plain\"\n[[cases.points]]\nmetric = \"speedup\"\nvalue = 1.5\n"),
             "baseline `plain` is not a case of this file",
         ),
+        (
+            format!("{source}{case}[[cases.points]]\nmetric = \"mean_tpot_ms\"\nconcurrency = 1\nvalue = 1.0\nof = \"decode_throughput\"\n"),
+            "is for `speedup` points",
+        ),
+        (
+            format!("{source}{case}baseline = \"b\"\n[[cases.points]]\nmetric = \"speedup\"\nconcurrency = 1\nvalue = 1.5\nof = \"ttft\"\n"),
+            "a speedup of `ttft`: use one of output_throughput, decode_throughput",
+        ),
+        (
+            format!("{source}{case}baseline = \"b\"\n[[cases.points]]\nmetric = \"speedup\"\nvalue = 1.5\nof = \"decode_throughput\"\n"),
+            "needs the concurrency",
+        ),
     ] {
         let e = write(&text);
         assert!(e.contains(want), "{want}: {e}");
@@ -127,4 +155,69 @@ fn a_speedup_is_the_ratio_of_its_case_to_its_baseline() {
         );
     }
     assert!(report.summary["fit"].contains_key("speedup"));
+}
+
+#[test]
+fn decode_throughput_is_the_streams_over_their_mean_tpot_and_its_speedup_divides_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../data/validation/experiments/kimi-k2.6-rtx-pro-6000-vllm-decode.toml");
+    let text = format!(
+        r#"[source]
+name = "s"
+url = "u"
+description = "d"
+[[cases]]
+name = "plain"
+experiment = "{exp}"
+set = {{ "benchmark.concurrency" = [4], "workload.max_tokens" = 256 }}
+role = "check"
+engine = "vllm"
+[[cases.points]]
+metric = "decode_throughput"
+concurrency = 4
+value = 100.0
+[[cases.points]]
+metric = "mean_tpot_ms"
+concurrency = 4
+value = 10.0
+[[cases]]
+name = "eagle3"
+experiment = "{exp}"
+set = {{ "benchmark.concurrency" = [4], "workload.max_tokens" = 256, "speculative.method" = "eagle3", "speculative.num_speculative_tokens" = 3, "workload.accept_length" = 2.5 }}
+role = "check"
+engine = "vllm"
+baseline = "plain"
+[[cases.points]]
+metric = "decode_throughput"
+concurrency = 4
+value = 150.0
+[[cases.points]]
+metric = "speedup"
+concurrency = 4
+value = 1.5
+of = "decode_throughput"
+"#,
+        exp = exp.display()
+    );
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, text).unwrap();
+    let report = run_corpus(&[load_corpus(&path).unwrap()]);
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    let of = |case: &str, metric: &str| {
+        report
+            .points
+            .iter()
+            .find(|p| p.case == case && p.metric == metric)
+            .map(|p| p.predicted)
+            .unwrap()
+    };
+    let decode = of("plain", "decode_throughput");
+    assert!((decode - 4.0 * 1000.0 / of("plain", "mean_tpot_ms")).abs() < 1e-9);
+    let speedup = of("eagle3", "decode_throughput") / decode;
+    assert!((of("eagle3", "speedup") - speedup).abs() < 1e-12);
+    assert!(
+        speedup > 1.0,
+        "a 2.5-token round beats plain decoding at C=4: {speedup}"
+    );
 }

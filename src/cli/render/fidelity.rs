@@ -6,10 +6,12 @@ use kbench_sim::fidelity::FidelityReport;
 
 use super::table::write_rows;
 
-/// The targets on `check` points: (metric, median, P90) in absolute %.
-const TARGETS: [(&str, f64, Option<f64>); 3] = [
+/// The targets on `check` points: (metric, median, P90) in absolute %.
+const TARGETS: [(&str, f64, Option<f64>); 5] = [
     ("mean_tpot_ms", 5.0, Some(10.0)),
     ("output_throughput", 5.0, Some(10.0)),
+    ("decode_throughput", 5.0, Some(10.0)),
+    ("speedup", 5.0, Some(10.0)),
     ("mean_ttft_ms", 15.0, None),
 ];
 
@@ -75,9 +77,13 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
             let target = TARGETS
                 .iter()
                 .find(|t| role == "check" && t.0 == metric)
-                .map(|t| match t.2 {
-                    Some(p90) => format!("<= {:.0} / {:.0}", t.1, p90),
-                    None => format!("<= {:.0} median", t.1),
+                .map(|t| {
+                    let met = s.median_abs_pct <= t.1 && t.2.is_none_or(|p90| s.p90_abs_pct <= p90);
+                    let verdict = if met { "met" } else { "missed" };
+                    match t.2 {
+                        Some(p90) => format!("<= {:.0} / {:.0} {verdict}", t.1, p90),
+                        None => format!("<= {:.0} median {verdict}", t.1),
+                    }
                 })
                 .unwrap_or_else(|| "-".into());
             rows.push(vec![

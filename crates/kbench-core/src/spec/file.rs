@@ -253,6 +253,12 @@ pub struct WorkloadSection {
     /// Acceptance trace (sim backend), relative to the experiment file.
     #[serde(default)]
     pub trace: Option<String>,
+    /// Instead of a trace: a mean accept length (tokens per verify round, bonus included)
+    /// every round is drawn to, as vLLM's synthetic rejection sampler
+    /// (`synthetic_acceptance_length`) and SGLang's `SGLANG_SIMULATE_ACC_LEN` draw it. For
+    /// a source that reports only its mean acceptance.
+    #[serde(default)]
+    pub accept_length: Option<f64>,
     pub max_tokens: u32,
     /// Prompt length in tokens; a fixed value...
     #[serde(default)]

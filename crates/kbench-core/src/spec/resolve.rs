@@ -56,6 +56,8 @@ pub struct Experiment {
     /// Whose scheduler the simulator plays.
     pub engine: EngineSettings,
     pub trace: Option<PathBuf>,
+    /// `[workload] accept_length`: every round drawn to this mean, where no trace is given.
+    pub accept_length: Option<f64>,
     /// Warnings SGLang would log (e.g. max_running_requests forced to 48).
     pub notes: Vec<String>,
     /// What makes a level mean less than it says (more clients than requests), shown with
@@ -181,6 +183,7 @@ pub(crate) fn resolve(
                     capture_layers: model.eagle3_capture_layer_outputs().to_vec(),
                     rms_norm_eps: model.rms_norm_eps,
                     rope_theta: model.rope_theta,
+                    mla: None,
                 }
             }
             _ => {
@@ -433,6 +436,32 @@ pub(crate) fn resolve(
         ));
     }
     let trace = w.trace.as_ref().map(|t| base_dir.join(t));
+    let accept_length = match (w.accept_length, &trace) {
+        (None, _) => None,
+        (Some(_), Some(_)) => return Err(invalid(
+            "workload.accept_length",
+            "both `trace` and `accept_length` are set".into(),
+            "give one: a trace replays recorded rounds, accept_length draws every round to a mean",
+        )),
+        (Some(a), None) => {
+            let most = spec.shape.num_steps as f64 + 1.0;
+            if !(a.is_finite() && a >= 1.0 && (!spec.is_speculative() || a <= most)) {
+                return Err(invalid(
+                    "workload.accept_length",
+                    format!("accept_length {a} is outside 1..={most} (one token per round, up to every draft accepted plus the bonus)"),
+                    "give the mean tokens per verify round, bonus included",
+                ));
+            }
+            if spec.ngram.is_some() {
+                return Err(invalid(
+                    "workload.accept_length",
+                    "n-gram's drafts depend on whether its lookup matches, which a mean accept length does not say".into(),
+                    "give an n-gram trace (`kbench trace synth --preset ngram-illustrative`)",
+                ));
+            }
+            Some(a)
+        }
+    };
     if let Some(reference) = &file.reference {
         for p in &reference.points {
             if !crate::report::REFERENCE_METRICS.contains(&p.metric.as_str()) {
@@ -477,6 +506,7 @@ pub(crate) fn resolve(
         kv,
         engine,
         trace,
+        accept_length,
         concurrency,
         request_rates: b.request_rate.clone(),
         burstiness,

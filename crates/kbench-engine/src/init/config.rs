@@ -87,6 +87,7 @@ pub(super) fn draft_arch(d: &Dims, target: &ModelArch) -> DraftArch {
         capture_layers: d.capture_layers().iter().map(|&l| l as u32).collect(),
         rms_norm_eps: 1e-5,
         rope_theta: target.rope_theta,
+        mla: None,
     }
 }
 

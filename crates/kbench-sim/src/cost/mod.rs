@@ -185,6 +185,8 @@ pub struct CostModel {
     /// Decode attention reads the KV cache: its context-dependent time scales with the
     /// cache's bytes per element (fp8 halves it; the tables are measured with bf16).
     kv_read_scale: f64,
+    /// Bf16 rows one KV row of the cache's dtype is priced as (`Fp8Kv::HalfRows`).
+    kv_rows_scale: f64,
     cache: RefCell<BTreeMap<(PassKind, u32, u32), Rc<PassPrice>>>,
 }
 
@@ -262,6 +264,7 @@ impl CostModel {
             tp,
             cuda_graph_max_bs,
             kv_read_scale: 1.0,
+            kv_rows_scale: 1.0,
             cache: RefCell::new(BTreeMap::new()),
         })
     }
@@ -281,7 +284,12 @@ impl CostModel {
 
     /// The KV cache's element type (bf16 unless set).
     pub fn with_kv_cache_dtype(mut self, dtype: kbench_core::spec::KvCacheDtype) -> CostModel {
-        self.kv_read_scale = dtype.bytes() as f64 / 2.0;
+        let scale = dtype.bytes() as f64 / 2.0;
+        match self.engine.attention.fp8_kv {
+            crate::engine_profile::Fp8Kv::HalfBytes => self.kv_read_scale = scale,
+            crate::engine_profile::Fp8Kv::HalfRows => self.kv_rows_scale = scale,
+        }
+        self.cache.borrow_mut().clear();
         self
     }
 
@@ -315,6 +323,8 @@ impl CostModel {
             tables: self.tables.as_ref(),
             tables_gpu: self.tables_gpu.as_ref(),
             tp: self.tp,
+            kv_rows_scale: self.kv_rows_scale,
+            all_reduce_link: self.engine.collectives.all_reduce_link(&self.profile),
         }
     }
 

@@ -132,28 +132,48 @@ impl CostModel {
             // fc over the three captured target hidden states (3h -> h), replicated.
             acc.add("draft.fc", 1.0, p.gemm(t, h, 3 * h, why)?, 1);
         }
-        acc.add(
-            "norms",
-            3.0,
-            (p.elementwise(act_bytes), Source::Roofline),
-            1,
-        );
-        acc.add(
-            "draft.qkv_proj",
-            1.0,
-            p.gemm(t, (heads + 2 * kv) * hd, 2 * h, why)?,
-            1,
-        );
-        acc.add("rope", 1.0, (p.elementwise(act_bytes), Source::Roofline), 1);
-        let attn = if prefill {
-            self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?)
+        if let Some(mla) = &d.mla {
+            // vLLM's Eagle3DeepseekV2ForCausalLM: the target's DeepseekV2MLAAttention over
+            // the 2 x hidden concatenation (deepseek_eagle3.py, input_size), BF16 weights;
+            // the block adds its own input and post-attention norms
+            acc.add(
+                "norms",
+                2.0,
+                (p.elementwise(act_bytes), Source::Roofline),
+                1,
+            );
+            let mut layer = self.model.clone();
+            layer.family = ArchFamily::MlaMoe;
+            layer.hidden_size = h;
+            layer.num_layers = 1;
+            layer.num_heads = d.num_heads;
+            layer.mla = Some(mla.clone());
+            layer.quant = None;
+            self.attention_block(&layer, 2 * h, pass, ctx, acc)?;
         } else {
-            let streams = Self::kv_streams(pass, self.engine.attention.mha_kv_reads);
-            self.attention_kernel(p.mha_decode(heads, kv, hd, streams, t, ctx, why)?)
-        };
-        acc.attn_us += attn.0;
-        acc.add("attention", 1.0, attn, 1);
-        acc.add("draft.o_proj", 1.0, p.gemm(t, h, heads * hd, why)?, 1);
+            acc.add(
+                "norms",
+                3.0,
+                (p.elementwise(act_bytes), Source::Roofline),
+                1,
+            );
+            acc.add(
+                "draft.qkv_proj",
+                1.0,
+                p.gemm(t, (heads + 2 * kv) * hd, 2 * h, why)?,
+                1,
+            );
+            acc.add("rope", 1.0, (p.elementwise(act_bytes), Source::Roofline), 1);
+            let attn = if prefill {
+                self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?)
+            } else {
+                let streams = Self::kv_streams(pass, self.engine.attention.mha_kv_reads);
+                self.attention_kernel(p.mha_decode(heads, kv, hd, streams, t, ctx, why)?)
+            };
+            acc.attn_us += attn.0;
+            acc.add("attention", 1.0, attn, 1);
+            acc.add("draft.o_proj", 1.0, p.gemm(t, h, heads * hd, why)?, 1);
+        }
         acc.add(
             "all_reduce",
             1.0,
@@ -209,7 +229,7 @@ impl CostModel {
             1,
         );
         let layers = m.num_layers as f64;
-        self.attention_block(m, pass, ctx, acc)?;
+        self.attention_block(m, m.hidden_size, pass, ctx, acc)?;
         acc.add(
             "all_reduce",
             layers,
@@ -235,9 +255,12 @@ impl CostModel {
 
     /// The attention block, identical in every layer: norms, projections, RoPE, attention
     /// (MLA absorbed for decode and verify, up-projected for prefill; or MHA), o_proj.
+    /// `input` is the width the q/kv projections read: the hidden size, or EAGLE-3's
+    /// 2 x hidden concatenation of embedding and fused hidden state.
     fn attention_block(
         &self,
         m: &ModelArch,
+        input: u32,
         pass: Pass,
         ctx: f64,
         acc: &mut Acc,
@@ -273,7 +296,7 @@ impl CostModel {
                         acc.add(
                             "attn.qkv_a_proj",
                             layers,
-                            p.gemm_with(t, q + latent, h, w, why)?,
+                            p.gemm_with(t, q + latent, input, w, why)?,
                             1,
                         );
                         acc.add(
@@ -296,7 +319,7 @@ impl CostModel {
                         acc.add(
                             "attn.qkv_a_proj",
                             layers,
-                            p.gemm_with(t, heads * qk + latent, h, w, why)?,
+                            p.gemm_with(t, heads * qk + latent, input, w, why)?,
                             1,
                         );
                         acc.add(
@@ -359,7 +382,7 @@ impl CostModel {
                 acc.add(
                     "attn.qkv_proj",
                     layers,
-                    p.gemm_with(t, (heads + 2 * kv) * hd, h, w, why)?,
+                    p.gemm_with(t, (heads + 2 * kv) * hd, input, w, why)?,
                     1,
                 );
                 acc.add(
