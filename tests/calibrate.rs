@@ -153,6 +153,35 @@ fn calibrate_recovers_a_known_term_and_writes_the_profile() {
 }
 
 #[test]
+fn calibrate_refuses_one_configuration_measured_again_as_many() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("exp.toml"), EXPERIMENT).unwrap();
+    let two_free = format!(
+        "{}\n[[free]]\nparam = \"host.decode_step_us\"\nprior = 100.0\nmin = 0.0\nmax = 5000.0\n",
+        engine_profile(300.0)
+    );
+    std::fs::write(d.join("engine.toml"), two_free).unwrap();
+    // the fit case three times over: six points, two independent measurements
+    let fit_case = corpus(80.0, 700.0, 700.0);
+    let (head, cases) = fit_case.split_at(fit_case.find("[[cases]]").unwrap());
+    let fit = &cases[..cases.find("\n[[cases]]\nname = \"held\"").unwrap()];
+    let repeated = format!(
+        "{head}{fit}\n{}\n{}\n",
+        fit.replace("name = \"fit\"", "name = \"fit-again\""),
+        fit.replace("name = \"fit\"", "name = \"fit-thrice\"")
+    );
+    std::fs::write(d.join("corpus.toml"), repeated).unwrap();
+    let (code, _, stderr) = kbench(d, &["calibrate", "corpus.toml", "-q"]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("6 fit points are 2 independent measurements (1 configuration(s)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
 fn calibrate_refuses_what_it_cannot_fit() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

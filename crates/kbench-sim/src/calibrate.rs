@@ -426,6 +426,26 @@ fn fit_profile(
             problem.free.len()
         )));
     }
+    // The same configuration measured again at the same level adds weight, not information:
+    // a term needs a measurement of its own.
+    let independent = problem
+        .cases
+        .iter()
+        .flat_map(|c| {
+            c.case
+                .points
+                .iter()
+                .map(move |p| (c.config, p.metric.as_str(), p.concurrency))
+        })
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    if independent <= problem.free.len() {
+        return Err(SimError::Calibration(format!(
+            "`{name}`: its {n_points} fit points are {independent} independent measurements ({} configuration(s); a configuration measured again at the same level and metric counts once), too few for {} free parameters: add fit cases that differ, or free fewer terms",
+            problem.configs.len(),
+            problem.free.len()
+        )));
+    }
     progress(&format!(
         "fitting `{name}`: {} parameters to {n_points} points from {} ({} configurations)",
         problem.free.len(),
