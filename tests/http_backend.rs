@@ -963,7 +963,7 @@ fn a_run_where_every_request_failed_exits_as_a_backend_failure() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
-        .args(["experiment", exp_file.to_str().unwrap(), "-q"])
+        .args(["experiment", exp_file.to_str().unwrap()])
         .args(["--server-url", &format!("http://{}", server.addr)])
         .args(["--concurrency", "1"])
         .args(["--set", "benchmark.requests_per_level=2"])
@@ -984,5 +984,38 @@ fn a_run_where_every_request_failed_exits_as_a_backend_failure() {
     );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(report["levels"][0]["failed"], 2, "{report}");
+    let level = &report["levels"][0];
+    assert_eq!(level["failed"], 2, "{report}");
+    // nothing completed, so no latency was measured: null, never 0
+    for key in [
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p99_tpot_ms",
+        "median_e2e_latency_ms",
+    ] {
+        assert!(level[key].is_null(), "{key}: {}", level[key]);
+    }
+    assert_eq!(level["output_throughput"], 0.0);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("saturation: none (no request completed)")
+            && stdout.contains("(no request completed at C=1)"),
+        "{stdout}"
+    );
+    // and no reference error is computed from it
+    let points = report["reference"]["points"].as_array().unwrap();
+    let at_c1: Vec<_> = points.iter().filter(|p| p["concurrency"] == 1).collect();
+    assert!(!at_c1.is_empty());
+    for p in at_c1 {
+        assert!(p["error_pct"].is_null(), "{p}");
+        assert_eq!(p["not_compared"], "no request completed at C=1", "{p}");
+    }
+    // the report reads back, and a comparison shows no difference it cannot know
+    let compared = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+        .args(["compare", json.to_str().unwrap(), json.to_str().unwrap()])
+        .output()
+        .expect("kbench runs");
+    let table = String::from_utf8_lossy(&compared.stdout);
+    assert!(compared.status.success(), "{table}");
+    assert!(!table.contains("-100"), "{table}");
 }

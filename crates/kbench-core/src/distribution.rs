@@ -105,7 +105,17 @@ impl Distribution {
     /// Mean, median and p99, the percentiles interpolated between the closest ranks
     /// (numpy's default, as SGLang's and vLLM's benchmark scripts compute them); all 0 when
     /// empty.
+    /// With no values every statistic is NaN: there is no latency to report (a report
+    /// writes it as null), where 0 would read as a measured one.
     pub fn summary(mut self) -> Summary {
+        if self.count == 0 {
+            return Summary {
+                mean: f64::NAN,
+                median: f64::NAN,
+                p99: f64::NAN,
+                exact: !self.means_only,
+            };
+        }
         if self.means_only {
             return Summary {
                 mean: if self.count == 0 {
@@ -251,7 +261,10 @@ mod tests {
         assert!(s.exact);
         assert_eq!((s.mean, s.median), (2.5, 2.5));
         assert!((s.p99 - 3.97).abs() < 1e-12, "{s:?}");
-        assert_eq!(Distribution::default().summary().mean, 0.0);
+        // no values, no statistic: NaN, which a report writes as null
+        let empty = Distribution::default().summary();
+        assert!(empty.mean.is_nan() && empty.median.is_nan() && empty.p99.is_nan());
+        assert!(Distribution::means_only().summary().mean.is_nan());
     }
 
     #[test]

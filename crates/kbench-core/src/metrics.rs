@@ -67,17 +67,29 @@ pub struct LevelMetrics {
     pub per_request_output_throughput: f64,
     pub accept_length: Option<f64>,
     pub verify_rounds: u64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub mean_ttft_ms: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub median_ttft_ms: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub p99_ttft_ms: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub mean_tpot_ms: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub median_tpot_ms: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub p99_tpot_ms: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub mean_itl_ms: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub median_itl_ms: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub p99_itl_ms: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub mean_e2e_latency_ms: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub median_e2e_latency_ms: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub p99_e2e_latency_ms: f64,
     /// Whether the percentiles above (and the queueing delay's) are exact.
     #[serde(default)]
@@ -95,6 +107,12 @@ pub struct LevelMetrics {
 }
 
 const MS: f64 = 1e6;
+
+/// A latency a level has no value for (no request completed, or none had a second token) is
+/// NaN here and null in JSON, which serde_json writes for NaN; read back as NaN.
+fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(<Option<f64> as serde::Deserialize>::deserialize(d)?.unwrap_or(f64::NAN))
+}
 
 fn is_zero(n: &u32) -> bool {
     *n == 0

@@ -316,6 +316,19 @@ fn compare_point(p: &ReferencePoint, levels: &[LevelMetrics], saturation: f64) -
             "a saturation throughput is the best of several concurrency levels; this run has {closed_loop}"
         )
     });
+    // a level where nothing completed measured nothing to set beside the reference
+    let none_completed = match p.concurrency {
+        Some(c) => levels
+            .iter()
+            .any(|m| m.concurrency == c && m.completed == 0),
+        None => levels.iter().all(|m| m.completed == 0),
+    };
+    let not_compared = not_compared.or_else(|| {
+        none_completed.then(|| match p.concurrency {
+            Some(c) => format!("no request completed at C={c}"),
+            None => "no request completed at any level".into(),
+        })
+    });
     let predicted = match (p.metric.as_str(), p.concurrency) {
         _ if not_compared.is_some() => None,
         ("saturation_output_throughput", _) => Some(saturation),
@@ -344,7 +357,7 @@ fn compare_point(p: &ReferencePoint, levels: &[LevelMetrics], saturation: f64) -
 /// A level's metric by its report name, for the metrics reference points may name and the
 /// latency percentiles SLOs bound (None for any other name).
 pub fn level_metric(m: &LevelMetrics, name: &str) -> Option<f64> {
-    Some(match name {
+    let value = match name {
         "output_throughput" => m.output_throughput,
         "per_request_output_throughput" => m.per_request_output_throughput,
         "accept_length" => return m.accept_length,
@@ -361,7 +374,9 @@ pub fn level_metric(m: &LevelMetrics, name: &str) -> Option<f64> {
         "mean_e2e_latency_ms" => m.mean_e2e_latency_ms,
         "p99_e2e_latency_ms" => m.p99_e2e_latency_ms,
         _ => return None,
-    })
+    };
+    // NaN: the level has no such latency
+    value.is_finite().then_some(value)
 }
 
 pub const REFERENCE_METRICS: &[&str] = &[

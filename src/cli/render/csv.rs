@@ -19,17 +19,17 @@ pub fn levels_csv(reports: &[Report]) -> String {
                 m.output_throughput.to_string(),
                 m.per_request_output_throughput.to_string(),
                 m.accept_length.map(|a| a.to_string()).unwrap_or_default(),
-                m.mean_ttft_ms.to_string(),
-                m.median_ttft_ms.to_string(),
-                m.p99_ttft_ms.to_string(),
-                m.mean_tpot_ms.to_string(),
-                m.median_tpot_ms.to_string(),
-                m.p99_tpot_ms.to_string(),
-                m.mean_itl_ms.to_string(),
-                m.median_itl_ms.to_string(),
-                m.p99_itl_ms.to_string(),
-                m.median_e2e_latency_ms.to_string(),
-                m.p99_e2e_latency_ms.to_string(),
+                latency(m.mean_ttft_ms),
+                latency(m.median_ttft_ms),
+                latency(m.p99_ttft_ms),
+                latency(m.mean_tpot_ms),
+                latency(m.median_tpot_ms),
+                latency(m.p99_tpot_ms),
+                latency(m.mean_itl_ms),
+                latency(m.median_itl_ms),
+                latency(m.p99_itl_ms),
+                latency(m.median_e2e_latency_ms),
+                latency(m.p99_e2e_latency_ms),
                 opt(m.request_rate),
                 m.max_concurrent_requests
                     .map(|n| n.to_string())
@@ -54,4 +54,13 @@ fn quote(v: &str) -> String {
 
 fn opt(v: Option<f64>) -> String {
     v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// An empty field where the level has no such latency.
+fn latency(x: f64) -> String {
+    if x.is_finite() {
+        x.to_string()
+    } else {
+        String::new()
+    }
 }

@@ -197,11 +197,15 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
         .find(|m| m.request_rate.is_some() && m.output_throughput == r.saturation_output_throughput)
         .map(level_label)
         .unwrap_or_else(|| format!("C={}", r.saturation_concurrency));
-    writeln!(
-        out,
-        "   saturation: {:.1} output tok/s at {at}",
-        r.saturation_output_throughput
-    )?;
+    if r.levels.iter().all(|m| m.completed == 0) {
+        writeln!(out, "   saturation: none (no request completed)")?;
+    } else {
+        writeln!(
+            out,
+            "   saturation: {:.1} output tok/s at {at}",
+            r.saturation_output_throughput
+        )?;
+    }
     if let Some(reference) = &r.reference {
         writeln!(out, "   reference: {}", reference.source)?;
         let w = reference
@@ -282,8 +286,13 @@ pub fn write_sweep_summary(out: &mut dyn Write, reports: &[Report]) -> io::Resul
     writeln!(out)
 }
 
+/// A latency, or `-` where the level has none (no request completed).
 fn ms(x: f64) -> String {
-    format!("{x:.2}")
+    if x.is_finite() {
+        format!("{x:.2}")
+    } else {
+        "-".into()
+    }
 }
 
 pub fn write_rows(out: &mut dyn Write, rows: &[Vec<String>]) -> io::Result<()> {
