@@ -74,6 +74,50 @@ struct Rounds {
     accepted: Option<Vec<u32>>,
 }
 
+/// Error text is kept and printed at most this long: a server's message can be megabytes.
+pub const MAX_ERROR_BYTES: usize = 4096;
+
+/// A server's text as kbench stores and prints it: at most [`MAX_ERROR_BYTES`], control
+/// characters escaped so none reaches a terminal raw.
+pub fn sanitized(text: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in text.char_indices() {
+        if out.len() >= MAX_ERROR_BYTES {
+            out.push_str(&format!("... ({} more bytes)", text.len() - i));
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The server's round counts, checked against what the request could hold: every round
+/// commits at least one of its `tokens` (the accepted drafts plus the bonus). A count past
+/// that fails the request, and none of its counts is used.
+fn within_bounds(rounds: Rounds, tokens: usize) -> Result<Rounds, Failure> {
+    let tokens = tokens as u64;
+    if let Some(n) = rounds.count.filter(|&n| u64::from(n) > tokens) {
+        return Err(format!(
+            "the server claims {n} verify rounds for a request of {tokens} tokens (each round commits at least one)"
+        )
+        .into());
+    }
+    if let Some(accepted) = &rounds.accepted {
+        let committed: u64 = accepted.iter().map(|&a| u64::from(a) + 1).sum();
+        if committed > tokens {
+            return Err(format!(
+                "the server's per-step accepted drafts commit {committed} tokens, more than the request's {tokens}"
+            )
+            .into());
+        }
+    }
+    Ok(rounds)
+}
+
 /// vLLM's per-request `metrics.speculative_decoding` (final usage chunk).
 fn vllm_rounds(v: &Event, rounds: &mut Rounds) {
     let Some(spec) = v
@@ -84,7 +128,7 @@ fn vllm_rounds(v: &Event, rounds: &mut Rounds) {
         return;
     };
     if let Some(n) = spec.num_spec_steps {
-        rounds.count = Some(n as u32);
+        rounds.count = Some(u32::try_from(n).unwrap_or(u32::MAX));
     }
     if let Some(steps) = &spec.per_step_accepted {
         rounds.accepted = Some(steps.clone());
@@ -181,9 +225,10 @@ pub async fn run(
         Ok(r) => r,
     };
     let mut transport_failed = false;
+    let verify = verify.and_then(|rounds| within_bounds(rounds, record.token_times_ns.len()));
     match verify {
         Err(e) => {
-            record.error = Some(e.message);
+            record.error = Some(sanitized(&e.message));
             transport_failed = e.transport;
         }
         Ok(rounds) if speculative => {
@@ -291,7 +336,7 @@ async fn stream(
                             return Err("a chunk without meta_info".into());
                         };
                         if let Some(n) = meta.spec_verify_ct {
-                            rounds.count = Some(n as u32);
+                            rounds.count = Some(u32::try_from(n).unwrap_or(u32::MAX));
                         }
                         (meta.completion_tokens, meta.finish_reason.is_some())
                     }
@@ -319,6 +364,13 @@ async fn stream(
                 };
                 if n < seen {
                     return Err(format!("completion_tokens went back from {seen} to {n}").into());
+                }
+                if n > u64::from(s.max_tokens) {
+                    return Err(format!(
+                        "the server claims {n} completion tokens for a request of at most {} (max_tokens)",
+                        s.max_tokens
+                    )
+                    .into());
                 }
                 let delta = (n - seen) as u32;
                 seen = n;
@@ -368,6 +420,122 @@ mod tests {
             temperature: 0.0,
             submitted_ns: 0,
         }
+    }
+
+    /// One request against a server that answers with `response` (status line onwards)
+    /// and closes: what the client made of it.
+    fn against(response: Vec<u8>, speculative: bool) -> Outcome {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let server = tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 65536];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket.write_all(&response).await;
+                let _ = socket.shutdown().await;
+            });
+            let target =
+                crate::settings::Target::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+            let client = Client::new(target, None);
+            let outcome = run(
+                &client,
+                Api::Sglang,
+                None,
+                speculative,
+                sent(true),
+                Instant::now(),
+                Duration::from_secs(10),
+            )
+            .await;
+            let _ = server.await;
+            outcome
+        })
+    }
+
+    fn stream_of(events: &[&str]) -> Vec<u8> {
+        let mut r =
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+                .to_vec();
+        for e in events {
+            r.extend_from_slice(format!("data: {e}\n\n").as_bytes());
+        }
+        r.extend_from_slice(b"data: [DONE]\n\n");
+        r
+    }
+
+    #[test]
+    fn a_server_claiming_more_tokens_than_the_request_allows_fails_it() {
+        // 1e9 tokens used to be taken at their word: an 8 GB allocation for their times
+        for claim in [1000u64, 20_000_000, 1_000_000_000] {
+            let o = against(
+                stream_of(&[&format!(
+                    r#"{{"meta_info": {{"completion_tokens": {claim}, "finish_reason": {{"type": "length"}}}}}}"#
+                )]),
+                false,
+            );
+            let e = o.record.error.unwrap_or_default();
+            assert!(
+                e.contains(&format!("claims {claim} completion tokens"))
+                    && e.contains("at most 300"),
+                "{e}"
+            );
+            assert!(o.record.token_times_ns.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_servers_round_counts_past_the_requests_tokens_fail_it() {
+        let o = against(
+            stream_of(&[
+                r#"{"meta_info": {"completion_tokens": 1}}"#,
+                r#"{"meta_info": {"completion_tokens": 10, "spec_verify_ct": 50, "finish_reason": {"type": "length"}}}"#,
+            ]),
+            true,
+        );
+        let e = o.record.error.unwrap_or_default();
+        assert!(
+            e.contains("claims 50 verify rounds for a request of 10 tokens"),
+            "{e}"
+        );
+        assert!(o.record.round_commits.is_empty() && o.record.reported_rounds.is_none());
+        // vLLM's per-step accepted counts: u32::MAX used to wrap its commit to 0
+        let wrapped = Rounds {
+            count: Some(1),
+            accepted: Some(vec![u32::MAX]),
+        };
+        let e = within_bounds(wrapped, 10).err().unwrap().message;
+        assert!(
+            e.contains("commit 4294967296 tokens, more than the request's 10"),
+            "{e}"
+        );
+        let fine = Rounds {
+            count: Some(3),
+            accepted: Some(vec![2, 0, 3]),
+        };
+        assert!(within_bounds(fine, 10).is_ok());
+    }
+
+    #[test]
+    fn an_error_message_is_capped_and_its_control_characters_escaped() {
+        let message = format!("\u{1b}[31mboom{}", "x".repeat(8 << 20));
+        let body = serde_json::json!({"error": {"message": message}}).to_string();
+        let mut response = format!(
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        response.extend_from_slice(body.as_bytes());
+        let e = against(response, false).record.error.unwrap();
+        assert!(e.starts_with("HTTP 500: \\u{1b}[31mboom"), "{}", &e[..40]);
+        assert!(!e.contains('\u{1b}'));
+        assert!(e.len() < MAX_ERROR_BYTES + 64, "{} bytes", e.len());
+        assert!(e.ends_with("more bytes)"), "{}", &e[e.len() - 40..]);
     }
 
     #[test]

@@ -90,7 +90,13 @@ pub struct Target {
 
 impl Target {
     pub fn parse(url: &str) -> Result<Target, HttpError> {
-        let bad = |why: &str| HttpError::Settings(format!("url `{url}`: {why}"));
+        let shown = redacted(url);
+        let bad = |why: &str| HttpError::Settings(format!("url `{shown}`: {why}"));
+        if shown != url {
+            return Err(bad(
+                "credentials in the url are not sent (and are not printed): give the server's key with [backend.http] api_key_env",
+            ));
+        }
         if url.starts_with("https://") {
             return Err(bad(
                 "https is not supported yet (use http:// on a trusted network or a local tunnel)",
@@ -118,6 +124,21 @@ impl Target {
             port,
             prefix: path.to_string(),
         })
+    }
+}
+
+/// The url with any password in its authority replaced by `***`, for messages.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find('/').unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{}", &rest[at + 1..])
+        }
+        None => url.to_string(),
     }
 }
 
@@ -188,5 +209,21 @@ mod tests {
         assert!(Target::parse("https://x").is_err());
         assert!(Target::parse("ftp://x").is_err());
         assert!(Target::parse("http://x:notaport").is_err());
+    }
+
+    #[test]
+    fn a_password_in_a_url_is_never_printed() {
+        let e = Target::parse("http://admin:hunter2@10.0.0.5:8000/v1")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+        assert!(
+            e.contains("http://admin:***@10.0.0.5:8000/v1") && e.contains("api_key_env"),
+            "{e}"
+        );
+        // and one that fails for another reason is redacted too
+        let e = Target::parse("https://u:secret@x").unwrap_err().to_string();
+        assert!(!e.contains("secret"), "{e}");
+        assert_eq!(redacted("http://h:1/a@b"), "http://h:1/a@b");
     }
 }
