@@ -193,3 +193,25 @@ fn unmappable_files_are_read() {
         }
     }
 }
+
+/// A trace truncated by another process while kbench holds it used to kill the process
+/// with SIGBUS (the file was mapped): a trace this size is read once, so its sequences
+/// stay whole.
+#[test]
+fn a_trace_truncated_while_in_use_stays_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/kimi-k2.5-eagle3-chat.synth.kbt");
+    let path = dir.path().join("t.kbt");
+    std::fs::copy(&shipped, &path).unwrap();
+    assert!(std::fs::metadata(&path).unwrap().len() <= kbench_core::trace::MAP_ABOVE_BYTES);
+    let t = read(&path).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    // every sequence's bytes are touched after the truncation
+    assert_eq!(to_binary(&t), to_binary(&read(&shipped).unwrap()));
+}

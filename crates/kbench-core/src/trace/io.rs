@@ -40,25 +40,54 @@ pub fn read(path: &Path) -> Result<Trace, TraceError> {
             }
             mapped
         }
-        None => read_whole(path, file)?,
+        None => match file.metadata() {
+            // one read into a buffer of the file's size: no regrowth, no second copy
+            Ok(meta) if meta.is_file() && meta.len() > 0 => {
+                let bytes = read_sized(path, file, meta.len())?;
+                let sniffed = bytes.len().min(SNIFF_BYTES as usize);
+                if let Some(e) = refuse_from_start(path, &bytes[..sniffed], sniffed < bytes.len()) {
+                    return Err(e);
+                }
+                bytes.into()
+            }
+            _ => read_whole(path, file)?,
+        },
     };
     read_shared(path, &bytes)
 }
 
-/// The file's pages mapped read-only, or `None` where it cannot be mapped (a pipe, an
-/// empty file) and is read instead. Mapping costs no copy and no fresh pages, which were
-/// most of the time a whole `kbench experiment` spent loading its 4.7 MB trace.
+/// Traces up to this size are read into memory rather than mapped: a mapped file truncated
+/// while in use (another process rewriting it in place) kills the reader with SIGBUS, and
+/// reading one of this size costs a few milliseconds.
+pub const MAP_ABOVE_BYTES: u64 = 64 << 20;
+
+/// The file's pages mapped read-only, or `None` where it is small enough to read (at most
+/// [`MAP_ABOVE_BYTES`]) or cannot be mapped (a pipe, an empty file). Mapping a large trace
+/// costs no copy and no fresh pages.
 fn map(file: &std::fs::File) -> Option<Bytes> {
     let meta = file.metadata().ok()?;
-    if !meta.is_file() || meta.len() == 0 {
+    if !meta.is_file() || meta.len() <= MAP_ABOVE_BYTES {
         return None;
     }
     // SAFETY: the map is read-only and lives as long as the trace's views of it. What
-    // memory mapping cannot guard against is another process changing the file in place
-    // while it is mapped; kbench itself replaces files by renaming a new one over them,
-    // which leaves mapped pages as they were.
+    // memory mapping cannot guard against is another process truncating or changing the
+    // file in place while it is mapped (docs/trace-format.md says so for traces this
+    // large); kbench itself replaces files by renaming a new one over them, which leaves
+    // mapped pages as they were.
     let mapped = unsafe { memmap2::Mmap::map(file) }.ok()?;
     Some(Bytes::from_owner(mapped))
+}
+
+/// Reads a regular file of `len` bytes whole.
+fn read_sized(path: &Path, mut file: std::fs::File, len: u64) -> Result<Vec<u8>, TraceError> {
+    use std::io::Read;
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.read_to_end(&mut bytes)
+        .map_err(|source| TraceError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(bytes)
 }
 
 /// Reads what cannot be mapped, refusing what is not a trace from its first bytes before

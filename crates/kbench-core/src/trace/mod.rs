@@ -17,7 +17,7 @@ mod synth;
 
 pub use binary::{from_binary, from_shared_binary, to_binary, MAGIC};
 pub use error::TraceError;
-pub use io::{convert, read, read_bytes, write, TraceForm};
+pub use io::{convert, read, read_bytes, write, TraceForm, MAP_ABOVE_BYTES};
 pub use jsonl::{from_jsonl, to_jsonl};
 pub use live::{from_rounds, live_provenance, LiveRequest};
 pub use presets::{preset, ChainPreset, Preset, CHAIN_PRESETS, PRESETS};
