@@ -332,3 +332,28 @@ fn a_request_the_kv_cache_cannot_hold_is_refused_with_the_numbers() {
         &["--set", "workload.context_len=200000"]
     ));
 }
+
+#[test]
+fn a_misspelled_table_is_named_at_the_top_level() {
+    let bad = BASE.replacen("[benchmark]", "[benchmarks]", 1);
+    assert_ne!(bad, BASE);
+    let out = run_file(&bad, &[]);
+    assert!(
+        out.contains("unknown key `benchmarks` in the top level (did you mean `benchmark`?)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_missing_experiment_file_names_the_one_a_character_away() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("topk1_v2.toml"), BASE).unwrap();
+    let (code, _, stderr) = kbench(dir.path(), &["validate", "topk1-v2.toml"]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("cannot read experiment file topk1-v2.toml (did you mean topk1_v2.toml?)"),
+        "{stderr}"
+    );
+    let (_, _, stderr) = kbench(dir.path(), &["validate", "quite-another-name.toml"]);
+    assert!(!stderr.contains("did you mean"), "{stderr}");
+}

@@ -17,12 +17,8 @@ pub fn emitted_text(
     out: &Path,
     note: &str,
 ) -> Result<String, SearchError> {
-    let text = std::fs::read_to_string(&prepared.path).map_err(|source| {
-        kbench_core::spec::SpecError::Read {
-            path: prepared.path.clone(),
-            source,
-        }
-    })?;
+    let text = std::fs::read_to_string(&prepared.path)
+        .map_err(|source| kbench_core::spec::SpecError::read(&prepared.path, source))?;
     let mut table: toml::Table =
         toml::from_str(&text).map_err(|e: toml::de::Error| SearchError::Settings {
             path: prepared.path.clone(),

@@ -54,10 +54,7 @@ pub fn prepare(path: &Path, set: &[String], flags: &SearchFlags) -> Result<Prepa
         .next()
         .map(|v| v.experiment)
         .ok_or_else(|| settings_error("file", "the file loads to no experiment".into()))?;
-    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|source| SpecError::read(path, source))?;
     let mut table: toml::Table = toml::from_str(&text)
         .map_err(|e: toml::de::Error| settings_error("file", e.message().to_string()))?;
     let search_table = match table.remove("search") {

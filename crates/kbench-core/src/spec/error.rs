@@ -14,11 +14,13 @@ pub struct SourceSpan {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
-    #[error("cannot read experiment file {path}")]
+    #[error("cannot read experiment file {path}{}", nearest.as_ref().map(|n| format!(" (did you mean {}?)", n.display())).unwrap_or_default())]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+        /// A file beside it whose name is one or two characters away, where it does not exist.
+        nearest: Option<PathBuf>,
     },
     #[error("{path}:{}:{}: {message}", span.line, span.column)]
     Syntax {
@@ -103,4 +105,35 @@ pub(crate) fn span_at(text: &str, range: std::ops::Range<usize>) -> SourceSpan {
         len: range.end.saturating_sub(range.start).max(1),
         snippet: text[line_start..line_end].to_string(),
     }
+}
+
+impl SpecError {
+    /// The experiment file at `path` could not be read: where it does not exist, names the
+    /// file beside it that is nearest to what was typed (`topk1-v2.toml` for `topk1_v2.toml`).
+    pub fn read(path: &std::path::Path, source: std::io::Error) -> SpecError {
+        let nearest = (source.kind() == std::io::ErrorKind::NotFound)
+            .then(|| nearest_file(path))
+            .flatten();
+        SpecError::Read {
+            path: path.to_path_buf(),
+            source,
+            nearest,
+        }
+    }
+}
+
+fn nearest_file(path: &std::path::Path) -> Option<PathBuf> {
+    let name = path.file_name()?.to_str()?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .map(|candidate| (strsim::levenshtein(name, &candidate), candidate))
+        .filter(|(distance, _)| *distance <= 2)
+        .min()
+        .map(|(_, candidate)| path.with_file_name(candidate))
 }

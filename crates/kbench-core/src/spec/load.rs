@@ -18,10 +18,7 @@ pub struct Variant {
 /// Loads a file, applies `overrides` (`key=value`, TOML values; bare words are strings),
 /// expands its sweep, and validates every variant.
 pub fn load_experiment(path: &Path, overrides: &[String]) -> Result<Vec<Variant>, SpecError> {
-    let text = crate::input::read_text(path).map_err(|source| SpecError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = crate::input::read_text(path).map_err(|source| SpecError::read(path, source))?;
     load_experiment_str(&text, path, overrides)
 }
 
@@ -65,10 +62,7 @@ pub fn variant_files(
     path: &Path,
     overrides: &[String],
 ) -> Result<Vec<(Option<String>, ExperimentFile)>, SpecError> {
-    let text = crate::input::read_text(path).map_err(|source| SpecError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = crate::input::read_text(path).map_err(|source| SpecError::read(path, source))?;
     variant_files_str(&text, path, overrides)
 }
 
@@ -368,7 +362,19 @@ fn schema_error(message: &str, path: &Path, span: Option<SourceSpan>) -> SpecErr
 
 /// The `[table]` a byte offset sits in, or the top level.
 fn table_header_before(text: &str, offset: usize) -> String {
-    text[..offset.min(text.len())]
+    let before = &text[..offset.min(text.len())];
+    // the unknown key is a table header's own name (`[benchmarks]`, `[backend.htpp]`): it
+    // sits in the table its dotted prefix names, not in the header's opening bracket
+    let line = before.rsplit('\n').next().unwrap_or("").trim_start();
+    if line.starts_with('[') && !line.contains(']') {
+        let parent = line.trim_start_matches('[').trim_end_matches('.').trim();
+        return if parent.is_empty() {
+            "the top level".into()
+        } else {
+            format!("[{parent}]")
+        };
+    }
+    before
         .lines()
         .rev()
         .map(str::trim)
