@@ -310,8 +310,38 @@ fn a_server_that_runs_other_settings_or_is_not_there_stops_the_run_clearly() {
     )
     .unwrap_err();
     let msg = std::error::Error::source(&err).unwrap().to_string();
+    assert!(msg.contains("nothing listens at"), "{msg}");
+    // refused at once, not after the ready timeout
+    assert!(started.elapsed() < std::time::Duration::from_millis(900));
+
+    // a port that accepts and never answers: waited for, announced, bounded, named
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let exp = load(
+        &path,
+        &[url(&addr), "backend.http.ready_timeout_s=1".into()],
+    );
+    let mut http = kbench_http::open(&exp).unwrap();
+    let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = said.clone();
+    http.set_notice(Box::new(move |m| sink.lock().unwrap().push(m.to_string())));
+    let started = std::time::Instant::now();
+    let err = run_levels(
+        http.as_mut(),
+        &LoadPlan::from_experiment(&exp).keeping_records(),
+        &mut NoProgress,
+    )
+    .unwrap_err();
+    let msg = std::error::Error::source(&err).unwrap().to_string();
     assert!(msg.contains("did not answer /health within 1 s"), "{msg}");
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let said = said.lock().unwrap();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with("waiting up to 1 s for the server"),
+        "{said:?}"
+    );
+    drop(silent);
 
     // settings errors name the table
     let exp = load(&path, &["backend.http.api=\"grpc\"".into()]);
@@ -416,6 +446,14 @@ fn http_tiny_launches_its_server_runs_stops_it_and_predicts() {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
         "the server was left running"
     );
+    // a run where nothing failed leaves no log behind in the temporary directory
+    let log = stdout
+        .split("(log ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .expect("the report names the log");
+    assert!(log.ends_with(".server.log"), "{log}");
+    assert!(!Path::new(log).exists(), "{log} was left behind");
 }
 
 #[test]

@@ -248,8 +248,8 @@ pub struct ServeArgs {
 pub struct ExperimentArgs {
     /// The experiment file (TOML).
     pub file: PathBuf,
-    /// Backend: sim (default from the file) or engine.
-    #[arg(long)]
+    /// Backend, replacing the file's `[backend] kind`.
+    #[arg(long, value_parser = ["sim", "engine", "http"])]
     pub backend: Option<String>,
     /// Concurrency levels, replacing the file's list.
     #[arg(long, num_args = 1..)]

@@ -18,8 +18,11 @@ pub fn make_backend(exp: &Experiment) -> CliResult<Box<dyn Backend>> {
         other => Err(CliError::new(
             exit::INVALID_INPUT,
             format!(
-                "{}: unknown backend `{other}` (known: {KNOWN})",
-                exp.path.display()
+                "{}{}: unknown backend `{other}` (known: {KNOWN})",
+                exp.path.display(),
+                kbench_core::spec::locate(&exp.path, "backend.kind")
+                    .map(|s| format!(":{}:{}", s.line, s.column))
+                    .unwrap_or_default()
             ),
         )),
     }

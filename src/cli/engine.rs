@@ -18,7 +18,16 @@ fn engine_err(e: kbench_engine::EngineError) -> CliError {
 /// Creates any model an experiment asks for with `[model] init` and does not have yet,
 /// so an engine experiment runs from a fresh clone.
 pub fn prepare_models(path: &Path, overrides: &[String]) -> CliResult<()> {
-    let files = variant_files(path, overrides).map_err(|e| spec_error(&e))?;
+    prepare_models_flagged(path, overrides, &|e| spec_error(&e))
+}
+
+/// [`prepare_models`] with the caller's rendering of a file error (naming its flags).
+pub fn prepare_models_flagged(
+    path: &Path,
+    overrides: &[String],
+    spec_error: &dyn Fn(kbench_core::spec::SpecError) -> CliError,
+) -> CliResult<()> {
+    let files = variant_files(path, overrides).map_err(spec_error)?;
     let base = path.parent().unwrap_or(Path::new("."));
     for (_, file) in files {
         let (Some(config), Some(init)) = (&file.model.config, &file.model.init) else {

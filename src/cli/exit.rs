@@ -49,7 +49,7 @@ fn own_code(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
     }
     if let Some(e) = e.downcast_ref::<SearchError>() {
         return match e {
-            SearchError::Spec(_) => Some(INVALID_INPUT),
+            SearchError::Spec(e) => Some(code_for(e)),
             SearchError::Sim(e) => Some(code_for(e)),
             SearchError::Interrupted { .. } => Some(INTERRUPTED),
             SearchError::Write { .. } => Some(OUTPUT),
@@ -100,6 +100,12 @@ fn own_code(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
             ServeError::Worker(_) => Some(BACKEND),
             ServeError::Io(..) => Some(FAILURE),
         };
+    }
+    if let Some(
+        kbench_core::spec::SpecError::Flag { .. } | kbench_core::spec::SpecError::Override { .. },
+    ) = e.downcast_ref::<kbench_core::spec::SpecError>()
+    {
+        return Some(USAGE);
     }
     let invalid_input = e.is::<kbench_core::spec::SpecError>()
         || e.is::<kbench_core::arch::ArchError>()

@@ -15,12 +15,13 @@ use super::progress::LevelProgress;
 use super::render;
 
 pub fn run(args: ExperimentArgs) -> CliResult<()> {
-    let overrides = command_line_overrides(&args)?;
+    let (overrides, labels): (Vec<String>, Vec<String>) =
+        command_line_overrides(&args)?.into_iter().unzip();
     super::interrupt::install();
     let FileRun {
         mut reports,
         stopped,
-    } = run_file_until_stopped(&args.file, &overrides, args.quiet)?;
+    } = run_labelled_file(&args.file, &overrides, &labels, args.quiet)?;
     // a measurement from a real server is worth its prediction: asked for, or by default
     // on the http backend
     let measured_by_http = reports.iter().any(|r| r.backend.name == "http");
@@ -169,8 +170,25 @@ pub fn run_file_until_stopped(
     overrides: &[String],
     quiet: bool,
 ) -> CliResult<FileRun> {
-    super::engine::prepare_models(path, overrides)?;
-    let variants = load_experiment(path, overrides).map_err(|e| spec_error(&e))?;
+    run_labelled_file(path, overrides, &set_labels(overrides), quiet)
+}
+
+/// How `--set` overrides are named in errors.
+pub fn set_labels(overrides: &[String]) -> Vec<String> {
+    overrides.iter().map(|o| format!("--set {o}")).collect()
+}
+
+/// [`run_file_until_stopped`] where `labels[i]` is the flag the `i`th override came from,
+/// so an error it alone causes names that flag.
+fn run_labelled_file(
+    path: &std::path::Path,
+    overrides: &[String],
+    labels: &[String],
+    quiet: bool,
+) -> CliResult<FileRun> {
+    let flagged = |e: kbench_core::spec::SpecError| spec_error(&e.with_flag_labels(labels));
+    super::engine::prepare_models_flagged(path, overrides, &flagged)?;
+    let variants = load_experiment(path, overrides).map_err(flagged)?;
     let mut reports = Vec::with_capacity(variants.len());
     for v in &variants {
         let (report, stopped) = run_variant(v, quiet)?;
@@ -190,6 +208,9 @@ pub fn run_file_until_stopped(
 fn run_variant(variant: &Variant, quiet: bool) -> CliResult<(Option<Report>, Option<CliError>)> {
     let exp = &variant.experiment;
     let mut backend = make_backend(exp)?;
+    if !quiet {
+        backend.set_notice(Box::new(|what| eprintln!("{what}")));
+    }
     let plan = LoadPlan::from_experiment(exp);
     let label = match &variant.name {
         Some(v) => format!("{} [{v}]", exp.file.name),
@@ -215,10 +236,14 @@ fn run_variant(variant: &Variant, quiet: bool) -> CliResult<(Option<Report>, Opt
 }
 
 /// Command-line flags are `--set` overrides with friendlier names; they win over the file.
-fn command_line_overrides(args: &ExperimentArgs) -> CliResult<Vec<String>> {
-    let mut o = args.set.clone();
+fn command_line_overrides(args: &ExperimentArgs) -> CliResult<Vec<(String, String)>> {
+    let mut o: Vec<(String, String)> = args
+        .set
+        .iter()
+        .map(|a| (a.clone(), format!("--set {a}")))
+        .collect();
     if let Some(b) = &args.backend {
-        o.push(format!("backend.kind=\"{b}\""));
+        o.push((format!("backend.kind=\"{b}\""), format!("--backend {b}")));
     }
     if let Some(url) = &args.server_url {
         if args.backend.as_deref().is_some_and(|b| b != "http") {
@@ -227,15 +252,19 @@ fn command_line_overrides(args: &ExperimentArgs) -> CliResult<Vec<String>> {
                 "--server-url drives the http backend; drop --backend or say --backend http",
             ));
         }
-        o.push("backend.kind=\"http\"".into());
-        o.push(format!(
-            "backend.http.url={}",
-            toml::Value::String(url.clone())
+        let flag = format!("--server-url {url}");
+        o.push(("backend.kind=\"http\"".into(), flag.clone()));
+        o.push((
+            format!("backend.http.url={}", toml::Value::String(url.clone())),
+            flag,
         ));
     }
     if !args.concurrency.is_empty() {
         let list: Vec<String> = args.concurrency.iter().map(|c| c.to_string()).collect();
-        o.push(format!("benchmark.concurrency=[{}]", list.join(", ")));
+        o.push((
+            format!("benchmark.concurrency=[{}]", list.join(", ")),
+            format!("--concurrency {}", list.join(",")),
+        ));
     }
     if !args.request_rate.is_empty() {
         let mut rates = Vec::new();
@@ -252,9 +281,13 @@ fn command_line_overrides(args: &ExperimentArgs) -> CliResult<Vec<String>> {
                 format!("{v:?}")
             });
         }
-        o.push(format!("benchmark.request_rate=[{}]", rates.join(", ")));
+        let flag = format!("--request-rate {}", args.request_rate.join(","));
+        o.push((
+            format!("benchmark.request_rate=[{}]", rates.join(", ")),
+            flag.clone(),
+        ));
         if args.concurrency.is_empty() {
-            o.push("benchmark.concurrency=[]".into());
+            o.push(("benchmark.concurrency=[]".into(), flag));
         }
     }
     if let Some(b) = args.burstiness {
@@ -265,28 +298,46 @@ fn command_line_overrides(args: &ExperimentArgs) -> CliResult<Vec<String>> {
         } else {
             format!("{b:?}")
         };
-        o.push(format!("benchmark.burstiness={toml_float}"));
+        o.push((
+            format!("benchmark.burstiness={toml_float}"),
+            format!("--burstiness {b}"),
+        ));
     }
     if let Some(n) = args.max_concurrency {
-        o.push(format!("benchmark.max_concurrency={n}"));
+        o.push((
+            format!("benchmark.max_concurrency={n}"),
+            format!("--max-concurrency {n}"),
+        ));
     }
     if let Some(n) = args.requests_per_level {
-        o.push(format!("benchmark.requests_per_level={n}"));
+        o.push((
+            format!("benchmark.requests_per_level={n}"),
+            format!("--requests-per-level {n}"),
+        ));
     }
     if let Some(n) = args.requests_per_client {
-        o.push(format!("benchmark.requests_per_client={n}"));
+        o.push((
+            format!("benchmark.requests_per_client={n}"),
+            format!("--requests-per-client {n}"),
+        ));
     }
     if let Some(n) = args.warmup_requests {
-        o.push(format!("benchmark.warmup_requests={n}"));
+        o.push((
+            format!("benchmark.warmup_requests={n}"),
+            format!("--warmup-requests {n}"),
+        ));
     }
     if let Some(n) = args.max_tokens {
         if n <= 0 {
             return Err(CliError::new(
-                exit::INVALID_INPUT,
+                exit::USAGE,
                 format!("--max-tokens {n}: must be 1 or more"),
             ));
         }
-        o.push(format!("workload.max_tokens={n}"));
+        o.push((
+            format!("workload.max_tokens={n}"),
+            format!("--max-tokens {n}"),
+        ));
     }
     Ok(o)
 }

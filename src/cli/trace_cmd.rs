@@ -227,6 +227,7 @@ fn record_live(a: super::args::TraceRecordArgs) -> CliResult<()> {
     }
     super::interrupt::install();
     let mut backend = super::backends::make_backend(exp)?;
+    backend.set_notice(Box::new(|what| eprintln!("{what}")));
     let plan = kbench_core::harness::LoadPlan::from_experiment(exp).keeping_records();
     let mut progress =
         super::progress::LevelProgress::new(format!("record {}", exp.file.name), false);

@@ -157,9 +157,14 @@ pub struct ServerSpecCounters {
     pub per_position_acceptance_rates: Vec<f64>,
 }
 
+/// Where a backend says what it is waiting for (a server to come up), while it waits.
+pub type Notice = Box<dyn Fn(&str) + Send>;
+
 /// A serving backend. `start_level` gives a fresh server (empty batch, empty caches) for
 /// one concurrency level.
 pub trait Backend {
+    /// Where to say what a long wait is for; a backend that never waits ignores it.
+    fn set_notice(&mut self, _notice: Notice) {}
     fn name(&self) -> &'static str;
     /// One line for the report: what produced tokens and times.
     fn describe(&self) -> String;

@@ -60,6 +60,17 @@ impl Client {
         Client { target, api_key }
     }
 
+    /// Whether the server's port actively refuses a connection: nothing listens there, as
+    /// opposed to a server that is still loading or slow to answer.
+    pub async fn refuses_connections(&self) -> bool {
+        let t = &self.target;
+        let connect = TcpStream::connect((t.host.as_str(), t.port));
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), connect).await,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        )
+    }
+
     /// Sends a request and returns once its headers have arrived.
     pub async fn send(
         &self,
@@ -98,7 +109,7 @@ impl Client {
             .map_err(|e| format!("building the request: {e}"))?;
         let resp = tokio::time::timeout(limit, sender.send_request(req))
             .await
-            .map_err(|_| format!("{path}: no response within {limit:?}"))?
+            .map_err(|_| format!("{path}: no response within {:.1} s", limit.as_secs_f64()))?
             .map_err(|e| format!("{path}: {e}"))?;
         Ok(Streaming {
             status: resp.status().as_u16(),

@@ -11,6 +11,8 @@ pub enum HttpError {
         seconds: f64,
         last: String,
     },
+    #[error("nothing listens at {url} (connection refused): start the server first, or give [backend.http.launch] for kbench to start it (docs/http.md)")]
+    Refused { url: String },
     #[error("the server's speculative settings differ from the file's: {0} (set [backend.http] allow_mismatch = true to run anyway)")]
     Mismatch(String),
     #[error("{what} from {url}: {message}")]

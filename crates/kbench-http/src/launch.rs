@@ -271,6 +271,10 @@ pub struct Launched {
     pub log: PathBuf,
     pub line: String,
     grace: Duration,
+    /// A log in the temporary directory that no one asked for: removed when the server is
+    /// stopped, unless something went wrong that it may explain.
+    pub temporary_log: bool,
+    keep_log: std::sync::atomic::AtomicBool,
 }
 
 impl Launched {
@@ -311,7 +315,15 @@ impl Launched {
             log,
             line,
             grace: kbench_core::duration::saturating_seconds(l.grace_s),
+            temporary_log: l.log.is_none(),
+            keep_log: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// The run failed, or a request did: the log stays for the reader.
+    pub fn keep_log(&self) {
+        self.keep_log
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether the server has exited already (its status if so).
@@ -327,8 +339,20 @@ impl Launched {
 impl Drop for Launched {
     fn drop(&mut self) {
         if self.exited().is_some() {
-            return;
+            // it stopped on its own: whatever it said is the reason
+            self.keep_log();
+        } else {
+            self.stop();
         }
+        if self.temporary_log && !self.keep_log.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = std::fs::remove_file(&self.log);
+        }
+    }
+}
+
+impl Launched {
+    /// SIGTERM, `grace` to exit, then SIGKILL.
+    fn stop(&self) {
         #[cfg(unix)]
         {
             let _ = Command::new("kill")

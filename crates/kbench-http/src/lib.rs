@@ -57,6 +57,7 @@ pub struct HttpBackend {
     expected: server::Expected,
     /// The server this backend started, stopped when the backend is dropped.
     launched: Option<launch::Launched>,
+    notice: Option<kbench_core::backend::Notice>,
 }
 
 impl HttpBackend {
@@ -92,7 +93,101 @@ impl HttpBackend {
             expected: server::Expected::of(exp),
             launched,
             settings,
+            notice: None,
         })
+    }
+
+    /// A failure the launched server's log may explain keeps the log.
+    fn keep_log(&self) {
+        if let Some(l) = &self.launched {
+            l.keep_log();
+        }
+    }
+
+    fn notify(&self, what: &str) {
+        if let Some(n) = &self.notice {
+            n(what);
+        }
+    }
+
+    /// Until the server answers `/health` (the launched one's loading included), then its
+    /// facts checked against the file on the first level, and its cache flushed.
+    fn ready(&mut self) -> Result<(), BackendError> {
+        let client = self.client.clone();
+        let ready = match (&self.launched, &self.server, &self.settings.launch) {
+            // the first wait covers the launched server's loading
+            (Some(_), None, Some(l)) => l.ready_timeout_s,
+            _ => self.settings.ready_timeout_s,
+        };
+        // in short waits, so a launched server that exits is seen at once
+        let deadline = Instant::now() + kbench_core::duration::saturating_seconds(ready);
+        let mut said = false;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            // the first look is quick, so a wait is announced at once
+            let step = left.min(if said {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_millis(300)
+            });
+            let waited = self.runtime.block_on(server::wait_healthy(&client, step));
+            self.check_launched().map_err(Self::fail)?;
+            match waited {
+                Ok(()) => break,
+                Err(HttpError::NotReady { .. })
+                    if self.launched.is_none()
+                        && self.runtime.block_on(client.refuses_connections()) =>
+                {
+                    // no one is starting it: waiting would only delay the same answer
+                    return Err(Self::fail(HttpError::Refused {
+                        url: client.target.url.clone(),
+                    }));
+                }
+                Err(HttpError::NotReady { url, last, .. }) if Instant::now() >= deadline => {
+                    return Err(Self::fail(HttpError::NotReady {
+                        url,
+                        seconds: ready,
+                        last,
+                    }))
+                }
+                Err(HttpError::NotReady { last, .. }) => {
+                    if !said {
+                        said = true;
+                        let whose = match &self.launched {
+                            Some(l) => format!("the launched server (log {})", l.log.display()),
+                            None => "the server".into(),
+                        };
+                        self.notify(&format!(
+                            "waiting up to {ready} s for {whose} to answer {}/health (last: {last}) ...",
+                            client.target.url
+                        ));
+                    }
+                }
+                Err(e) => return Err(Self::fail(e)),
+            }
+        }
+        if self.server.is_none() {
+            let facts = self
+                .runtime
+                .block_on(server::facts(&client))
+                .map_err(Self::fail)?;
+            if !self.settings.allow_mismatch {
+                self.expected.check(&facts).map_err(Self::fail)?;
+            }
+            if self.settings.api.names_model() && self.model.is_none() {
+                self.model = self
+                    .runtime
+                    .block_on(server::first_model(&client))
+                    .map_err(Self::fail)?;
+            }
+            self.server = Some(facts);
+        }
+        if self.settings.flush_cache {
+            self.runtime
+                .block_on(server::flush_cache(&client))
+                .map_err(Self::fail)?;
+        }
+        Ok(())
     }
 
     fn fail(e: HttpError) -> BackendError {
@@ -133,6 +228,11 @@ impl Backend for HttpBackend {
             None => String::new(),
         };
         let launched = match &self.launched {
+            Some(l) if l.temporary_log => format!(
+                "; launched `{}` (log {}, removed after a run where nothing failed)",
+                l.line,
+                l.log.display()
+            ),
             Some(l) => format!("; launched `{}` (log {})", l.line, l.log.display()),
             None => String::new(),
         };
@@ -148,53 +248,14 @@ impl Backend for HttpBackend {
         )
     }
 
+    fn set_notice(&mut self, notice: kbench_core::backend::Notice) {
+        self.notice = Some(notice);
+    }
+
     fn start_level(&mut self, _concurrency: u32) -> Result<Box<dyn Session + '_>, BackendError> {
-        let client = self.client.clone();
-        let ready = match (&self.launched, &self.server, &self.settings.launch) {
-            // the first wait covers the launched server's loading
-            (Some(_), None, Some(l)) => l.ready_timeout_s,
-            _ => self.settings.ready_timeout_s,
-        };
-        // in short waits, so a launched server that exits is seen at once
-        let deadline = Instant::now() + kbench_core::duration::saturating_seconds(ready);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let step = left.min(Duration::from_secs(1));
-            let waited = self.runtime.block_on(server::wait_healthy(&client, step));
-            self.check_launched().map_err(Self::fail)?;
-            match waited {
-                Ok(()) => break,
-                Err(HttpError::NotReady { url, last, .. }) if Instant::now() >= deadline => {
-                    return Err(Self::fail(HttpError::NotReady {
-                        url,
-                        seconds: ready,
-                        last,
-                    }))
-                }
-                Err(HttpError::NotReady { .. }) => {}
-                Err(e) => return Err(Self::fail(e)),
-            }
-        }
-        if self.server.is_none() {
-            let facts = self
-                .runtime
-                .block_on(server::facts(&client))
-                .map_err(Self::fail)?;
-            if !self.settings.allow_mismatch {
-                self.expected.check(&facts).map_err(Self::fail)?;
-            }
-            if self.settings.api.names_model() && self.model.is_none() {
-                self.model = self
-                    .runtime
-                    .block_on(server::first_model(&client))
-                    .map_err(Self::fail)?;
-            }
-            self.server = Some(facts);
-        }
-        if self.settings.flush_cache {
-            self.runtime
-                .block_on(server::flush_cache(&client))
-                .map_err(Self::fail)?;
+        if let Err(e) = self.ready() {
+            self.keep_log();
+            return Err(e);
         }
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Box::new(HttpSession {
@@ -265,6 +326,18 @@ impl HttpSession<'_> {
     /// Waits for the next finished request, looking at Ctrl-C and at a launched server
     /// every [`POLL`]; `until` bounds the wait (None: until a request finishes).
     fn wait(&mut self, until: Option<Instant>) -> Result<Vec<Outcome>, BackendError> {
+        let waited = self.wait_for_outcomes(until);
+        let failed = match &waited {
+            Ok(got) => got.iter().any(|o| o.record.error.is_some()),
+            Err(_) => true,
+        };
+        if failed {
+            self.b.keep_log();
+        }
+        waited
+    }
+
+    fn wait_for_outcomes(&mut self, until: Option<Instant>) -> Result<Vec<Outcome>, BackendError> {
         let mut got = Vec::new();
         loop {
             if kbench_core::interrupt::requested() {

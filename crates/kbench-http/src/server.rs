@@ -14,7 +14,9 @@ const SHORT: Duration = Duration::from_secs(10);
 pub async fn wait_healthy(client: &Client, limit: Duration) -> Result<(), HttpError> {
     let deadline = Instant::now() + limit;
     loop {
-        let last = match client.send("GET", "/health", None, SHORT).await {
+        // a probe ends within the wait, so a short wait is short
+        let probe = SHORT.min(limit.max(Duration::from_millis(100)));
+        let last = match client.send("GET", "/health", None, probe).await {
             Ok(r) if r.status == 200 => return Ok(()),
             Ok(r) => format!("HTTP {}", r.status),
             Err(e) => e,

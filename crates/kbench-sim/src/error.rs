@@ -22,10 +22,19 @@ pub enum SimError {
     Profile { origin: String, message: String },
     #[error("engine profile {origin}: {message}")]
     EngineProfile { origin: String, message: String },
-    #[error("unknown hardware preset `{name}` (known: {known})")]
-    UnknownPreset { name: String, known: String },
-    #[error("unknown engine preset `{name}` (known: {known})")]
-    UnknownEnginePreset { name: String, known: String },
+    #[error("{}unknown hardware preset `{name}` (known: {known})", at_prefix(.at))]
+    UnknownPreset {
+        name: String,
+        known: String,
+        /// `file:line:column` of the setting that names it, where it came from a file.
+        at: Option<String>,
+    },
+    #[error("{}unknown engine preset `{name}` (known: {known})", at_prefix(.at))]
+    UnknownEnginePreset {
+        name: String,
+        known: String,
+        at: Option<String>,
+    },
     #[error("op table {origin}:{line}: {message}")]
     OpTable {
         origin: String,
@@ -76,4 +85,39 @@ pub enum SimError {
         #[source]
         source: kbench_core::trace::TraceError,
     },
+}
+
+fn at_prefix(at: &Option<String>) -> String {
+    at.as_ref().map(|a| format!("{a}: ")).unwrap_or_default()
+}
+
+impl SimError {
+    /// A preset name that does not exist, pointed at where the experiment file names it.
+    pub(crate) fn in_file(self, path: &std::path::Path) -> SimError {
+        let at = |key: &str| {
+            kbench_core::spec::locate(path, key)
+                .map(|s| format!("{}:{}:{}", path.display(), s.line, s.column))
+        };
+        match self {
+            SimError::UnknownPreset {
+                name,
+                known,
+                at: None,
+            } => SimError::UnknownPreset {
+                at: at("hardware.preset"),
+                name,
+                known,
+            },
+            SimError::UnknownEnginePreset {
+                name,
+                known,
+                at: None,
+            } => SimError::UnknownEnginePreset {
+                at: at("engine.preset"),
+                name,
+                known,
+            },
+            other => other,
+        }
+    }
 }

@@ -21,7 +21,7 @@ pub fn open(exp: &Experiment) -> Result<Box<dyn Backend>, SimError> {
         let acceptance = acceptance
             .join()
             .unwrap_or_else(|_| Err(SimError::Model("reading the trace panicked".into())));
-        tables?;
+        tables.map_err(|e| e.in_file(&exp.path))?;
         Ok(Box::new(SimBackend::new(exp, acceptance?)?) as Box<dyn Backend>)
     })
 }

@@ -81,6 +81,7 @@ pub fn engine_preset(name: &str) -> Result<EngineProfile, SimError> {
         SimError::UnknownEnginePreset {
             name: name.into(),
             known: engine_preset_names().join(", "),
+            at: None,
         }
     })?;
     EngineProfile::from_toml_str(text, &format!("engine preset `{name}` ({file}, embedded)"))
@@ -130,6 +131,7 @@ pub fn preset(name: &str) -> Result<HardwareProfile, SimError> {
             .ok_or_else(|| SimError::UnknownPreset {
                 name: name.into(),
                 known: preset_names().join(", "),
+                at: None,
             })?;
     HardwareProfile::from_toml_str(text, &format!("preset `{name}` ({file}, embedded)"))
 }

@@ -67,8 +67,8 @@ impl SimBackend {
         exp: &Experiment,
         acceptance: Option<Arc<dyn AcceptanceModel>>,
     ) -> Result<SimBackend, SimError> {
-        let profile = resolve_profile(&exp.hardware)?;
-        let engine = resolve_engine_profile(exp, &profile)?;
+        let profile = resolve_profile(&exp.hardware).map_err(|e| e.in_file(&exp.path))?;
+        let engine = resolve_engine_profile(exp, &profile).map_err(|e| e.in_file(&exp.path))?;
         let tables = load_tables(&profile)?;
         Self::with_profiles(exp, profile, engine, tables, acceptance)
     }

@@ -44,6 +44,15 @@ pub enum SpecError {
     },
     #[error("invalid --set `{assignment}`: {reason}")]
     Override { assignment: String, reason: String },
+    /// The file is valid on its own and this command-line setting is what breaks it.
+    #[error("{flag}: {reason}")]
+    Flag {
+        /// How the user wrote it: `--set key=value`, or the friendlier flag it came from.
+        flag: String,
+        /// Which of the overrides it is, in the order they were given.
+        index: usize,
+        reason: String,
+    },
     #[error("{path}: {rule}: {message}\n  fix: {fix}")]
     Invalid {
         path: PathBuf,
@@ -57,10 +66,13 @@ pub enum SpecError {
         #[source]
         source: crate::lengths::LengthFileError,
     },
-    #[error("{path}: {what}")]
+    #[error("{path}{}: {what}", span_suffix(.span))]
     Arch {
         path: PathBuf,
         what: String,
+        /// The setting that names the architecture (`model.preset`), to locate it in the file.
+        key: &'static str,
+        span: Option<SourceSpan>,
         #[source]
         source: ArchError,
     },
@@ -82,8 +94,46 @@ impl SpecError {
     pub fn span(&self) -> Option<&SourceSpan> {
         match self {
             SpecError::Syntax { span, .. } => Some(span),
-            SpecError::UnknownKey { span, .. } | SpecError::Schema { span, .. } => span.as_ref(),
+            SpecError::UnknownKey { span, .. }
+            | SpecError::Schema { span, .. }
+            | SpecError::Arch { span, .. } => span.as_ref(),
             _ => None,
+        }
+    }
+
+    /// What is wrong, without the file's name and position: what a command-line flag is
+    /// blamed with when the file is fine without it.
+    pub fn detail(&self) -> String {
+        match self {
+            SpecError::UnknownKey {
+                key, suggestion, ..
+            } => format!("unknown key `{key}`{}", suggestion_suffix(suggestion)),
+            SpecError::Schema { message, .. } | SpecError::Syntax { message, .. } => {
+                message.clone()
+            }
+            SpecError::Invalid {
+                rule, message, fix, ..
+            } => format!("{rule}: {message}\n  fix: {fix}"),
+            SpecError::Arch { source, .. } => source.to_string(),
+            SpecError::Lengths { source, .. } => format!("workload.lengths: {source}"),
+            SpecError::Override { reason, .. } | SpecError::Flag { reason, .. } => reason.clone(),
+            SpecError::Read { .. } => self.to_string(),
+        }
+    }
+
+    /// A [`SpecError::Flag`] named as the user wrote it: `labels[i]` for the `i`th override.
+    pub fn with_flag_labels(self, labels: &[String]) -> SpecError {
+        match self {
+            SpecError::Flag {
+                index,
+                reason,
+                flag,
+            } => SpecError::Flag {
+                flag: labels.get(index).cloned().unwrap_or(flag),
+                index,
+                reason,
+            },
+            other => other,
         }
     }
 }

@@ -27,6 +27,16 @@ pub fn load_experiment_str(
     path: &Path,
     overrides: &[String],
 ) -> Result<Vec<Variant>, SpecError> {
+    resolve_variants(text, path, overrides)
+        .map_err(|e| blame_flag(e, overrides, |o| resolve_variants(text, path, o).err()))
+        .map_err(|e| locate_arch(e, text))
+}
+
+fn resolve_variants(
+    text: &str,
+    path: &Path,
+    overrides: &[String],
+) -> Result<Vec<Variant>, SpecError> {
     let base_dir = path
         .parent()
         .map(Path::to_path_buf)
@@ -64,6 +74,54 @@ pub fn variant_files(
 ) -> Result<Vec<(Option<String>, ExperimentFile)>, SpecError> {
     let text = crate::input::read_text(path).map_err(|source| SpecError::read(path, source))?;
     variant_files_str(&text, path, overrides)
+        .map_err(|e| blame_flag(e, overrides, |o| variant_files_str(&text, path, o).err()))
+}
+
+/// An error that only the command line's overrides cause is theirs: the first override
+/// that makes a valid file fail is named, as the user wrote it, instead of the file.
+fn blame_flag(
+    err: SpecError,
+    overrides: &[String],
+    fails_with: impl Fn(&[String]) -> Option<SpecError>,
+) -> SpecError {
+    if overrides.is_empty()
+        || matches!(
+            err,
+            SpecError::Override { .. } | SpecError::Flag { .. } | SpecError::Read { .. }
+        )
+        || fails_with(&[]).is_some()
+    {
+        return err;
+    }
+    (1..=overrides.len())
+        .find_map(|n| {
+            fails_with(&overrides[..n]).map(|e| SpecError::Flag {
+                flag: format!("--set {}", overrides[n - 1]),
+                index: n - 1,
+                reason: e.detail(),
+            })
+        })
+        .unwrap_or(err)
+}
+
+/// A preset or config that does not resolve is pointed at where the file names it.
+fn locate_arch(err: SpecError, text: &str) -> SpecError {
+    match err {
+        SpecError::Arch {
+            path,
+            what,
+            key,
+            span: None,
+            source,
+        } => SpecError::Arch {
+            span: super::locate::value_span(text, key),
+            path,
+            what,
+            key,
+            source,
+        },
+        other => other,
+    }
 }
 
 fn variant_files_str(

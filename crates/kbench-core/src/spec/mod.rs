@@ -3,6 +3,7 @@
 mod error;
 mod file;
 mod load;
+mod locate;
 mod resolve;
 mod speculative;
 mod vllm_speculative;
@@ -13,6 +14,7 @@ pub use file::*;
 pub use load::{
     apply_override, apply_overrides, load_experiment, load_experiment_str, variant_files, Variant,
 };
+pub use locate::{locate, value_span};
 pub use resolve::{
     Experiment, HardwareRef, DEFAULT_CUDA_GRAPH_MAX_BS, DEFAULT_MAX_RUNNING_REQUESTS,
     SPEC_DEFAULT_MAX_RUNNING_REQUESTS,

@@ -83,20 +83,21 @@ pub(crate) fn resolve(
         message,
         fix: fix.into(),
     };
-    let arch_err = |what: String, source| SpecError::Arch {
+    let arch_err = |key: &'static str, what: String, source| SpecError::Arch {
         path: path.into(),
         what,
+        key,
+        span: None,
         source,
     };
 
     let model = match (&file.model.preset, &file.model.config) {
-        (Some(p), None) => {
-            ModelArch::preset(p).map_err(|e| arch_err("[model] preset".into(), e))?
-        }
+        (Some(p), None) => ModelArch::preset(p)
+            .map_err(|e| arch_err("model.preset", "[model] preset".into(), e))?,
         (None, Some(c)) => {
             let cfg = base_dir.join(c);
             ModelArch::from_config_file(&cfg)
-                .map_err(|e| arch_err(format!("[model] config {c}"), e))?
+                .map_err(|e| arch_err("model.config", format!("[model] config {c}"), e))?
         }
         _ => {
             return Err(invalid(
@@ -154,11 +155,10 @@ pub(crate) fn resolve(
             )
         })?;
         let mut d = match (&section.preset, &section.config) {
-            (Some(p), None) => {
-                DraftArch::preset(p).map_err(|e| arch_err("[draft] preset".into(), e))?
-            }
+            (Some(p), None) => DraftArch::preset(p)
+                .map_err(|e| arch_err("draft.preset", "[draft] preset".into(), e))?,
             (None, Some(c)) => DraftArch::from_config_file(&base_dir.join(c), &model)
-                .map_err(|e| arch_err(format!("[draft] config {c}"), e))?,
+                .map_err(|e| arch_err("draft.config", format!("[draft] config {c}"), e))?,
             (None, None) => {
                 let need = |v: Option<u32>, k: &str| {
                     v.ok_or_else(|| {
