@@ -1,13 +1,12 @@
-//! NVRTC compiles every kernel (no GPU needed). Skips (with a message) where libnvrtc is absent,
-//! unless KBENCH_REQUIRE_NVRTC=1 (CI sets it after `pip install nvidia-cuda-nvrtc nvidia-cuda-runtime`).
+//! NVRTC compiles every kernel (no GPU needed). Without the NVRTC wheels the test cannot
+//! run, so it is ignored and says why; `.ci/run` installs the wheels and runs it with
+//! `--ignored nvrtc_`, where a missing NVRTC fails it.
 
 #[test]
-fn kernels_compile_with_nvrtc() {
-    let required = std::env::var("KBENCH_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
+#[ignore = "needs the NVRTC wheels (pip install -r scripts/cuda-wheels.txt; .ci/run runs it with --ignored nvrtc_)"]
+fn nvrtc_compiles_every_kernel() {
     if let Err(e) = kbench_cuda::nvrtc_info() {
-        assert!(!required, "KBENCH_REQUIRE_NVRTC=1 but {e}");
-        eprintln!("skipped: NVRTC not found ({e})");
-        return;
+        panic!("asked to compile the kernels, but {e}");
     }
     let res = kbench_cuda::check_kernels(&["sm_90", "sm_120"]);
     assert_eq!(res.len(), 2 * kbench_cuda::kernels::ALL.len());
