@@ -71,6 +71,17 @@ fn writes_json_csv_and_plot() {
     assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 3);
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(plot.starts_with("<svg") && plot.trim_end().ends_with("</svg>"));
+    // the reference's measurement is labelled with its value and the prediction's error
+    let point = &report["reference"]["points"][0];
+    let measured = point["reference"].as_f64().unwrap();
+    // three significant figures, as the plot labels values
+    let measured = if measured >= 100.0 {
+        format!("{measured:.0}")
+    } else {
+        format!("{measured:.1}")
+    };
+    let label = format!("{measured} ({:+.1}%)", point["error_pct"].as_f64().unwrap());
+    assert!(plot.contains(&label), "{label}: {plot}");
     // No temporary files left behind.
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -177,10 +188,19 @@ fn compare_sets_reports_side_by_side_and_plots_them() {
         svg.starts_with("<svg") && svg.contains("#2 topk1_v2 (sim)"),
         "{svg}"
     );
-    // one line per report in its own colour, each drawn once in the plot and once in the legend
+    // one line per report in its own colour, drawn once in each of the four panels (the
+    // latencies' p50; their p99 is dashed and thinner) and once in the legend
     for colour in ["#1F77B4", "#D62728"] {
         let line = format!(r#"stroke="{colour}" stroke-width="2" points"#);
-        assert_eq!(svg.matches(&line).count(), 2, "{colour}: {svg}");
+        assert_eq!(svg.matches(&line).count(), 5, "{colour}: {svg}");
+    }
+    for panel in [
+        "output throughput against load",
+        "throughput per GPU against interactivity",
+        "TTFT p50 and p99 against load",
+        "TPOT p50 and p99 against load",
+    ] {
+        assert!(svg.contains(panel), "{panel}: {svg}");
     }
 
     // anything that is not a report: one message naming the file, exit code 3

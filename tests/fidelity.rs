@@ -26,5 +26,12 @@ fn the_shipped_corpus_table_is_pinned() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(v["points"].as_array().unwrap().len() > 60);
     assert!(v["summary"]["check"]["mean_tpot_ms"]["median_abs_pct"].is_number());
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("<circle"));
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.contains("<circle"));
+    // one parity panel per metric, each on its own unit: milliseconds never share an axis
+    // with tok/s
+    for metric in ["mean_tpot_ms", "output_throughput"] {
+        assert!(plot.contains(&format!("{metric}: ")), "{metric}: {plot}");
+    }
+    assert!(plot.contains("measured ms (log)") && plot.contains("measured tok/s (log)"));
 }

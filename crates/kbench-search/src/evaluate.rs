@@ -12,7 +12,7 @@ use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::backend::Backend;
 use kbench_core::harness::{run_levels, LoadPlan, NoProgress};
 use kbench_core::report::{build_report, BackendSummary, Report};
-use kbench_core::spec::{Experiment, SpecError};
+use kbench_core::spec::Experiment;
 use kbench_core::trace::{self, Trace, TraceAcceptance};
 use kbench_sim::{SimBackend, SimError};
 
@@ -183,13 +183,15 @@ fn run_candidate(
 ) -> Result<Outcome, SearchError> {
     let exp = match prepared.load(candidate) {
         Ok(e) => e,
-        Err(SpecError::Invalid { rule, message, .. }) => {
-            return Ok(Outcome::Skipped {
-                rule: rule.to_string(),
-                message,
-            })
+        Err(e) => {
+            return match e.broken_rule() {
+                Some((rule, message)) => Ok(Outcome::Skipped {
+                    rule: rule.to_string(),
+                    message: message.to_string(),
+                }),
+                None => Err(e.into()),
+            }
         }
-        Err(e) => return Err(e.into()),
     };
     let mut backend = match shared
         .acceptance(&exp)

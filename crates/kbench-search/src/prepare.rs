@@ -140,12 +140,13 @@ fn check_axis_keys(p: &Prepared) -> Result<(), SearchError> {
         for v in values {
             let assignment = format!("{}={v}", axis.key);
             match load_experiment_str(&p.base_text, &p.path, std::slice::from_ref(&assignment)) {
-                Ok(_) | Err(SpecError::Invalid { .. }) => {}
+                Ok(_) => {}
+                Err(e) if e.broken_rule().is_some() => {}
                 Err(e) => {
                     return Err(SearchError::Settings {
                         path: p.path.clone(),
                         what: format!("space.\"{}\"", axis.key),
-                        message: format!("the value {v} cannot be set: {e}"),
+                        message: format!("the value {v} cannot be set: {}", e.detail()),
                     })
                 }
             }

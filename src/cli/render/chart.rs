@@ -61,15 +61,41 @@ where
     Ok(())
 }
 
-/// The axis maximum: the next 1, 2, 2.5 or 5 times a power of ten at or above `v`.
-pub(super) fn nice_ceiling(v: f64) -> f64 {
-    let mag = 10f64.powf(v.log10().floor());
-    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
-        if m * mag >= v {
-            return m * mag;
-        }
+/// An axis maximum just above `v` on a round step (about five ticks): 105 gives 125, not
+/// the 200 of the next round number, so the data fill the plot.
+pub(super) fn axis_max(v: f64) -> f64 {
+    if !(v.is_finite() && v > 0.0) {
+        return 1.0;
     }
-    10.0 * mag
+    let raw = v / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag);
+    (v / step).floor() * step + step
+}
+
+/// A log2 axis over the concurrencies `lo..=hi`, padded by a third of a doubling each side
+/// so markers at the first and last level are drawn whole.
+pub(super) fn log2_range(lo: f64, hi: f64) -> std::ops::Range<f64> {
+    let (a, b) = (lo.max(1.0).log2(), hi.max(lo.max(1.0) * 2.0).log2());
+    (a - 0.35)..(b + 0.35)
+}
+
+/// A value as a label: three significant figures, no exponent for the sizes plotted.
+pub(super) fn value_label(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
 }
 
 #[cfg(test)]
@@ -77,10 +103,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nice_ceilings() {
-        assert_eq!(nice_ceiling(753.0), 1000.0);
-        assert_eq!(nice_ceiling(201.0), 250.0);
-        assert_eq!(nice_ceiling(0.9), 1.0);
+    fn axis_maxima_sit_just_above_the_data() {
+        assert_eq!(axis_max(105.0), 125.0);
+        assert_eq!(axis_max(765.6), 800.0);
+        assert_eq!(axis_max(100.0), 120.0);
+        assert_eq!(axis_max(0.0), 1.0);
+        let r = log2_range(1.0, 64.0);
+        assert!(r.start < 0.0 && r.end > 6.0);
     }
 
     #[test]

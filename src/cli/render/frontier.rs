@@ -1,83 +1,105 @@
-//! A search's frontier as SVG: output throughput against per-request speed, every level
-//! that ran faint behind the frontier's line, the chosen configuration ringed and named.
-
-use plotters::prelude::*;
+//! A search's frontier as SVG, on the axes of the experiment dashboard's frontier panel:
+//! output tok/s per GPU against tok/s per user. Every level that ran is faint behind the
+//! frontier's line; the three best candidates are ringed and named.
 
 use kbench_search::report::SearchReport;
+use plotters::prelude::SeriesLabelPosition;
 
-use super::chart::{self, colour, nice_ceiling, FAINT};
+use super::chart::{colour, value_label};
+use super::panel::{dashboard, Axis, Line, Marker, Panel};
 use crate::cli::error::CliResult;
 
+const WINNERS_NAMED: usize = 3;
+
 pub fn frontier_svg(r: &SearchReport) -> CliResult<String> {
+    let gpus = |candidate: usize| {
+        r.candidates
+            .get(candidate)
+            .and_then(|c| c.config.as_ref())
+            .map(|c| c.tp_size.max(1))
+            .unwrap_or(1) as f64
+    };
     let frontier: Vec<(f64, f64)> = r
         .frontier
         .iter()
-        .map(|p| (p.per_request_output_throughput, p.output_throughput))
+        .map(|p| {
+            (
+                p.per_request_output_throughput,
+                p.output_throughput / gpus(p.candidate),
+            )
+        })
         .collect();
-    let x_max = nice_ceiling(frontier.iter().map(|p| p.0).fold(1.0, f64::max) * 1.05);
-    let y_max = nice_ceiling(frontier.iter().map(|p| p.1).fold(1.0, f64::max) * 1.05);
     let ran: Vec<(f64, f64)> = r
         .candidates
         .iter()
-        .filter(|c| c.in_space)
-        .flat_map(|c| &c.levels)
-        .map(|l| (l.per_request_output_throughput, l.output_throughput))
-        .filter(|&(x, y)| x <= x_max && y <= y_max)
-        .collect();
-    let chosen = r.ranked.first().and_then(|&w| {
-        let c = &r.candidates[w];
-        c.at.as_ref().map(|m| {
-            (
-                (m.per_request_output_throughput, m.output_throughput),
-                c.label.clone(),
-            )
+        .enumerate()
+        .filter(|(_, c)| c.in_space)
+        .flat_map(|(i, c)| {
+            let per_gpu = gpus(i);
+            c.levels.iter().map(move |l| {
+                (
+                    l.per_request_output_throughput,
+                    l.output_throughput / per_gpu,
+                )
+            })
         })
-    });
-    let (line, red) = (colour(0), colour(1));
-    chart::svg((720, 460), |canvas| {
-        let mut chart = ChartBuilder::on(canvas)
-            .caption(
-                format!(
-                    "{}: output throughput against per-request speed",
-                    r.experiment
+        .collect();
+    let winners: Vec<Marker> = r
+        .ranked
+        .iter()
+        .take(WINNERS_NAMED)
+        .enumerate()
+        .filter_map(|(rank, &w)| {
+            let c = &r.candidates[w];
+            let m = c.at.as_ref()?;
+            let name = if rank == 0 {
+                "chosen".to_string()
+            } else {
+                format!("#{}", rank + 1)
+            };
+            let objective = c
+                .objective
+                .map(|v| format!(" ({})", value_label(v)))
+                .unwrap_or_default();
+            Some(Marker {
+                at: (
+                    m.per_request_output_throughput,
+                    m.output_throughput / gpus(w),
                 ),
-                ("sans-serif", 17),
-            )
-            .margin(14)
-            .x_label_area_size(42)
-            .y_label_area_size(58)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
-        chart
-            .configure_mesh()
-            .x_labels(6)
-            .y_labels(6)
-            .x_label_formatter(&|v| format!("{v:.0}"))
-            .y_label_formatter(&|v| format!("{v:.0}"))
-            .light_line_style(WHITE)
-            .x_desc("per-request output tok/s")
-            .y_desc("output tok/s")
-            .draw()?;
-        chart
-            .draw_series(ran.iter().map(|&p| Circle::new(p, 2, FAINT.filled())))?
-            .label("a level that ran")
-            .legend(|(x, y)| Circle::new((x + 9, y), 2, FAINT.filled()));
-        chart
-            .draw_series(LineSeries::new(frontier.clone(), line.stroke_width(2)))?
-            .label("frontier")
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], line.stroke_width(2)));
-        chart.draw_series(frontier.iter().map(|&p| Circle::new(p, 4, line.filled())))?;
-        if let Some((at, label)) = chosen {
-            chart.draw_series(std::iter::once(
-                EmptyElement::at(at)
-                    + Circle::new((0, 0), 8, red.stroke_width(2))
-                    + Text::new(
-                        format!("chosen: {label}"),
-                        (12, -20),
-                        ("sans-serif", 13).into_font().color(&red),
-                    ),
-            ))?;
-        }
-        chart::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
-        Ok(())
-    })
+                colour: colour(1),
+                text: format!("{name}: {}{objective}", c.label),
+                ring: true,
+            })
+        })
+        .collect();
+    let all = || {
+        frontier
+            .iter()
+            .chain(&ran)
+            .copied()
+            .chain(winners.iter().map(|m| m.at))
+    };
+    let x = Axis::linear(
+        "tok/s per user (output tokens / E2E latency)",
+        all().map(|p| p.0),
+    );
+    let y = Axis::linear("output tok/s per GPU", all().map(|p| p.1));
+    let mut panel = Panel::new(format!("frontier over {} candidates that ran", r.ran), x, y);
+    panel.scatter = ran;
+    panel.scatter_legend = Some("a level that ran".into());
+    panel.lines.push(Line {
+        legend: Some("frontier (meets the SLOs)".into()),
+        colour: colour(0),
+        dashed: false,
+        point_labels: Vec::new(),
+        points: frontier,
+    });
+    panel.markers = winners;
+    panel.legend_at = SeriesLabelPosition::UpperRight;
+    dashboard(
+        &format!("{}: throughput per GPU against interactivity", r.experiment),
+        1,
+        (780, 500),
+        &[panel],
+    )
 }

@@ -5,6 +5,7 @@ pub mod compare;
 pub mod csv;
 pub mod fidelity;
 pub mod frontier;
+mod panel;
 pub mod parity;
 pub mod plot;
 pub mod search;

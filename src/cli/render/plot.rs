@@ -1,12 +1,19 @@
-//! Output throughput against concurrency (log2 axis), one line per variant, measured
-//! reference points as hollow squares.
-
-use plotters::prelude::*;
+//! A run's dashboard (`kbench experiment --plot`, `kbench compare --plot`): the four
+//! pictures serving engineers read first, one colour per variant or report throughout.
+//! - output throughput against load, with the reference's measurements labelled;
+//! - output tok/s per GPU against tok/s per user, the frontier InferenceX-style dashboards
+//!   publish, each point labelled with its concurrency;
+//! - TTFT p50 (solid) and p99 (dashed) against load, on a log axis;
+//! - TPOT p50 and p99 against load.
+//!
+//! Load is concurrency where any report has closed-loop levels, else the request rate.
 
 use kbench_core::metrics::LevelMetrics;
 use kbench_core::report::Report;
+use plotters::prelude::SeriesLabelPosition;
 
-use super::chart::{self, colour, nice_ceiling};
+use super::chart::{colour, value_label};
+use super::panel::{dashboard, Axis, Line, Marker, Panel};
 use crate::cli::error::CliResult;
 
 pub fn throughput_svg(reports: &[Report]) -> CliResult<String> {
@@ -32,89 +39,335 @@ pub fn labelled_throughput_svg(
     labels: &[String],
     title: &str,
 ) -> CliResult<String> {
-    let concurrencies: Vec<u32> = reports
+    let load = Load::of(reports);
+    let panels = [
+        throughput_panel(reports, labels, load),
+        frontier_panel(reports),
+        latency_panel(reports, load, "TTFT", |m| (m.median_ttft_ms, m.p99_ttft_ms)),
+        latency_panel(reports, load, "TPOT", |m| (m.median_tpot_ms, m.p99_tpot_ms)),
+    ];
+    // a modelled GPU is named only where it is modelled: an engine run on this CPU is not one
+    let hardware = reports
+        .first()
+        .map(|r| {
+            let n = gpus(r);
+            let plural = if n == 1 { "" } else { "s" };
+            if r.backend.name == "sim" {
+                format!(" (modelled: {}, {n} GPU{plural})", r.experiment.hardware)
+            } else {
+                format!(" (measured: {} backend)", r.backend.name)
+            }
+        })
+        .unwrap_or_default();
+    dashboard(&format!("{title}{hardware}"), 2, (600, 420), &panels)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Load {
+    Concurrency,
+    RequestRate,
+}
+
+impl Load {
+    fn of(reports: &[Report]) -> Load {
+        if reports
+            .iter()
+            .flat_map(|r| &r.levels)
+            .any(|m| m.request_rate.is_none())
+        {
+            Load::Concurrency
+        } else {
+            Load::RequestRate
+        }
+    }
+
+    fn desc(self) -> &'static str {
+        match self {
+            Load::Concurrency => "concurrency (closed-loop clients)",
+            Load::RequestRate => "request rate (req/s; all-at-once levels left out)",
+        }
+    }
+
+    /// The level's place on the load axis; None for a level of the other kind.
+    fn at(self, m: &LevelMetrics) -> Option<f64> {
+        match (self, m.request_rate) {
+            (Load::Concurrency, None) => Some(m.concurrency as f64),
+            (Load::RequestRate, Some(rate)) if rate.is_finite() => Some(rate),
+            _ => None,
+        }
+    }
+
+    fn levels(self, r: &Report) -> impl Iterator<Item = (f64, &LevelMetrics)> {
+        r.levels.iter().filter_map(move |m| Some((self.at(m)?, m)))
+    }
+}
+
+/// The GPUs a report's throughput is shared by.
+fn gpus(r: &Report) -> u32 {
+    r.experiment.tp_size.max(1)
+}
+
+fn throughput_panel(reports: &[Report], labels: &[String], load: Load) -> Panel {
+    let references: Vec<Vec<Marker>> = reports
         .iter()
-        .flat_map(|r| closed_loop(r).map(|m| m.concurrency))
+        .enumerate()
+        .map(|(i, r)| throughput_markers(r, i, load))
         .collect();
-    let c_min = concurrencies.iter().copied().min().unwrap_or(1).max(1) as f64;
-    let c_max = (concurrencies.iter().copied().max().unwrap_or(1) as f64).max(c_min * 2.0);
-    // the x axis is log2(concurrency), labelled with the concurrency itself
-    let (x0, x1) = (c_min.log2(), c_max.log2());
-    let y_max = nice_ceiling(
+    let x = Axis::log2(
+        load.desc(),
         reports
             .iter()
-            .flat_map(|r| {
-                let measured = reference_points(r).map(|(_, v)| v);
-                r.levels.iter().map(|m| m.output_throughput).chain(measured)
-            })
-            .fold(1.0f64, f64::max)
-            * 1.05,
+            .flat_map(|r| load.levels(r).map(|(x, _)| x))
+            .chain(references.iter().flatten().map(|m| m.at.0)),
     );
-    let any_reference = reports.iter().any(|r| reference_points(r).next().is_some());
-    chart::svg((720, 440), |canvas| {
-        let mut chart = ChartBuilder::on(canvas)
-            .caption(
-                format!("{title}: output throughput vs concurrency"),
-                ("sans-serif", 17),
-            )
-            .margin(14)
-            .x_label_area_size(42)
-            .y_label_area_size(58)
-            .build_cartesian_2d(x0..x1, 0.0..y_max)?;
-        chart
-            .configure_mesh()
-            .x_labels((x1 - x0).round() as usize + 1)
-            .x_label_formatter(&|v| format!("{}", 2f64.powf(*v).round()))
-            .y_labels(6)
-            .y_label_formatter(&|v| format!("{v:.0}"))
-            .light_line_style(WHITE)
-            .x_desc("concurrency (closed-loop clients)")
-            .y_desc("output tok/s")
-            .draw()?;
-        for (i, r) in reports.iter().enumerate() {
-            let c = colour(i);
-            let points: Vec<(f64, f64)> = closed_loop(r)
-                .map(|m| ((m.concurrency as f64).log2(), m.output_throughput))
-                .collect();
-            chart
-                .draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))?
-                .label(labels[i].as_str())
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c.stroke_width(2)));
-            chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
-            chart.draw_series(reference_points(r).map(|(conc, v)| {
-                EmptyElement::at((conc.log2(), v))
-                    + Rectangle::new([(-4, -4), (5, 5)], c.stroke_width(2))
-            }))?;
-        }
-        if any_reference {
-            chart
-                .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())?
-                .label("measured (reference)")
-                .legend(|(x, y)| Rectangle::new([(x + 5, y - 4), (x + 13, y + 4)], BLACK));
-        }
-        chart::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
-        Ok(())
-    })
-}
-
-/// The concurrency levels: the axis is clients, so request-rate levels are left out.
-fn closed_loop(r: &Report) -> impl Iterator<Item = &LevelMetrics> {
-    r.levels.iter().filter(|m| m.request_rate.is_none())
-}
-
-/// The report's measured throughputs as (concurrency, tok/s); a saturation number sits at
-/// the concurrency the run saturated at.
-fn reference_points(r: &Report) -> impl Iterator<Item = (f64, f64)> + '_ {
-    r.reference.iter().flat_map(move |reference| {
-        reference
-            .points
+    let y = Axis::linear(
+        "output tok/s",
+        reports
             .iter()
-            .filter_map(move |p| match (p.metric.as_str(), p.concurrency) {
-                ("saturation_output_throughput", _) => {
-                    Some((r.saturation_concurrency as f64, p.reference))
+            .flat_map(|r| load.levels(r).map(|(_, m)| m.output_throughput))
+            .chain(references.iter().flatten().map(|m| m.at.1)),
+    );
+    let mut panel = Panel::new("output throughput against load", x, y);
+    for (i, r) in reports.iter().enumerate() {
+        let points: Vec<(f64, f64)> = load
+            .levels(r)
+            .map(|(x, m)| (x, m.output_throughput))
+            .collect();
+        // the highest point carries its value; the reference's points carry theirs
+        let peak = points
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1 .1.total_cmp(&b.1 .1))
+            .map(|(j, _)| j);
+        let point_labels = (0..points.len())
+            .map(|j| {
+                if Some(j) == peak {
+                    value_label(points[j].1)
+                } else {
+                    String::new()
                 }
-                ("output_throughput", Some(c)) => Some((c as f64, p.reference)),
-                _ => None,
             })
-    })
+            .collect();
+        panel.lines.push(Line {
+            legend: Some(labels[i].clone()),
+            colour: colour(i),
+            dashed: false,
+            points,
+            point_labels,
+        });
+    }
+    panel.markers = references.into_iter().flatten().collect();
+    panel.marker_legend = Some("measured (reference), with the prediction's error".into());
+    panel
+}
+
+/// The reference's throughputs as markers at their concurrency (a saturation number at the
+/// concurrency the run saturated at), each labelled with the measurement and the error.
+fn throughput_markers(r: &Report, i: usize, load: Load) -> Vec<Marker> {
+    if load != Load::Concurrency {
+        return Vec::new();
+    }
+    let Some(reference) = &r.reference else {
+        return Vec::new();
+    };
+    reference
+        .points
+        .iter()
+        .filter_map(|p| {
+            let c = match (p.metric.as_str(), p.concurrency) {
+                ("saturation_output_throughput", _) => r.saturation_concurrency,
+                ("output_throughput", Some(c)) => c,
+                _ => return None,
+            };
+            let error = p
+                .error_pct
+                .map(|e| format!(" ({e:+.1}%)"))
+                .unwrap_or_default();
+            Some(Marker {
+                at: (c as f64, p.reference),
+                colour: colour(i),
+                text: format!("{}{error}", value_label(p.reference)),
+                ring: false,
+            })
+        })
+        .collect()
+}
+
+fn frontier_panel(reports: &[Report]) -> Panel {
+    let lines: Vec<Line> = reports
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut levels: Vec<&LevelMetrics> = r
+                .levels
+                .iter()
+                .filter(|m| m.per_request_output_throughput.is_finite() && m.completed > 0)
+                .collect();
+            levels.sort_by_key(|m| m.concurrency);
+            let per_gpu = gpus(r) as f64;
+            Line {
+                legend: None,
+                colour: colour(i),
+                dashed: false,
+                points: levels
+                    .iter()
+                    .map(|m| {
+                        (
+                            m.per_request_output_throughput,
+                            m.output_throughput / per_gpu,
+                        )
+                    })
+                    .collect(),
+                point_labels: levels
+                    .iter()
+                    .map(|m| match m.request_rate {
+                        None => format!("C={}", m.concurrency),
+                        Some(rate) => format!("{} req/s", value_label(rate)),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let markers: Vec<Marker> = reports
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| frontier_markers(r, i))
+        .collect();
+    let all = || {
+        lines
+            .iter()
+            .flat_map(|l| l.points.iter().copied())
+            .chain(markers.iter().map(|m| m.at))
+    };
+    let x = Axis::linear(
+        "tok/s per user (output tokens / E2E latency)",
+        all().map(|p| p.0),
+    );
+    let y = Axis::linear("output tok/s per GPU", all().map(|p| p.1));
+    let mut panel = Panel::new("throughput per GPU against interactivity", x, y);
+    panel.lines = lines;
+    panel.markers = markers;
+    panel.marker_legend = Some("measured tok/s per GPU, at its level's modelled x".into());
+    panel.legend_at = SeriesLabelPosition::UpperRight;
+    panel
+}
+
+/// A reference throughput at a concurrency the run has, placed at that level's per-user
+/// speed: the reference measures the y, and the run's level says where on x it sits.
+fn frontier_markers(r: &Report, i: usize) -> Vec<Marker> {
+    let Some(reference) = &r.reference else {
+        return Vec::new();
+    };
+    let at_concurrency = |c: u32| {
+        r.levels
+            .iter()
+            .find(|m| m.request_rate.is_none() && m.concurrency == c)
+    };
+    reference
+        .points
+        .iter()
+        .filter_map(|p| {
+            let c = match (p.metric.as_str(), p.concurrency) {
+                ("saturation_output_throughput", _) => r.saturation_concurrency,
+                ("output_throughput", Some(c)) => c,
+                _ => return None,
+            };
+            let level = at_concurrency(c)?;
+            let per_gpu = p.reference / gpus(r) as f64;
+            Some(Marker {
+                at: (level.per_request_output_throughput, per_gpu),
+                colour: colour(i),
+                text: format!("{} at C={c}", value_label(per_gpu)),
+                ring: false,
+            })
+        })
+        .collect()
+}
+
+fn latency_panel(
+    reports: &[Report],
+    load: Load,
+    name: &str,
+    p50_p99: impl Fn(&LevelMetrics) -> (f64, f64),
+) -> Panel {
+    let mut lines = Vec::new();
+    for (i, r) in reports.iter().enumerate() {
+        let levels: Vec<(f64, (f64, f64))> = load
+            .levels(r)
+            .filter(|(_, m)| m.completed > 0)
+            .map(|(x, m)| (x, p50_p99(m)))
+            .collect();
+        for dashed in [false, true] {
+            let points: Vec<(f64, f64)> = levels
+                .iter()
+                .map(|&(x, (p50, p99))| (x, if dashed { p99 } else { p50 }))
+                .filter(|(_, y)| y.is_finite() && *y > 0.0)
+                .collect();
+            // the last level's value, where latency is worst
+            let point_labels = (0..points.len())
+                .map(|j| {
+                    if j + 1 == points.len() {
+                        value_label(points[j].1)
+                    } else {
+                        String::new()
+                    }
+                })
+                .collect();
+            lines.push(Line {
+                legend: None,
+                colour: colour(i),
+                dashed,
+                points,
+                point_labels,
+            });
+        }
+    }
+    let metric = format!("median_{}_ms", name.to_lowercase());
+    let markers: Vec<Marker> = if load == Load::Concurrency {
+        reports
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| latency_markers(r, i, &metric))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let x = Axis::log2(
+        load.desc(),
+        lines.iter().flat_map(|l| l.points.iter().map(|p| p.0)),
+    );
+    let values = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .chain(markers.iter().map(|m| m.at.1));
+    let y = Axis::log10(format!("{name} ms (log)"), values);
+    let mut panel = Panel::new(format!("{name} p50 and p99 against load"), x, y);
+    panel.lines = lines;
+    panel.markers = markers;
+    panel.styles = vec![("p50".into(), false), ("p99".into(), true)];
+    panel.marker_legend = Some("measured p50 (reference)".into());
+    panel
+}
+
+fn latency_markers(r: &Report, i: usize, metric: &str) -> Vec<Marker> {
+    let Some(reference) = &r.reference else {
+        return Vec::new();
+    };
+    reference
+        .points
+        .iter()
+        .filter(|p| p.metric == metric)
+        .filter_map(|p| {
+            let error = p
+                .error_pct
+                .map(|e| format!(" ({e:+.1}%)"))
+                .unwrap_or_default();
+            Some(Marker {
+                at: (p.concurrency? as f64, p.reference),
+                colour: colour(i),
+                text: format!("{}{error}", value_label(p.reference)),
+                ring: false,
+            })
+        })
+        .collect()
 }

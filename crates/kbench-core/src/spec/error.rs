@@ -45,13 +45,15 @@ pub enum SpecError {
     #[error("invalid --set `{assignment}`: {reason}")]
     Override { assignment: String, reason: String },
     /// The file is valid on its own and this command-line setting is what breaks it.
-    #[error("{flag}: {reason}")]
+    #[error("{flag}: {}", .cause.detail())]
     Flag {
         /// How the user wrote it: `--set key=value`, or the friendlier flag it came from.
         flag: String,
         /// Which of the overrides it is, in the order they were given.
         index: usize,
-        reason: String,
+        /// What the file with this setting fails with; kept whole so that a broken rule
+        /// stays a broken rule to callers that skip those (`kbench search`).
+        cause: Box<SpecError>,
     },
     #[error("{path}: {rule}: {message}\n  fix: {fix}")]
     Invalid {
@@ -116,7 +118,8 @@ impl SpecError {
             } => format!("{rule}: {message}\n  fix: {fix}"),
             SpecError::Arch { source, .. } => source.to_string(),
             SpecError::Lengths { source, .. } => format!("workload.lengths: {source}"),
-            SpecError::Override { reason, .. } | SpecError::Flag { reason, .. } => reason.clone(),
+            SpecError::Override { reason, .. } => reason.clone(),
+            SpecError::Flag { cause, .. } => cause.detail(),
             SpecError::Read { .. } => self.to_string(),
         }
     }
@@ -124,16 +127,23 @@ impl SpecError {
     /// A [`SpecError::Flag`] named as the user wrote it: `labels[i]` for the `i`th override.
     pub fn with_flag_labels(self, labels: &[String]) -> SpecError {
         match self {
-            SpecError::Flag {
-                index,
-                reason,
-                flag,
-            } => SpecError::Flag {
+            SpecError::Flag { index, cause, flag } => SpecError::Flag {
                 flag: labels.get(index).cloned().unwrap_or(flag),
                 index,
-                reason,
+                cause,
             },
             other => other,
+        }
+    }
+
+    /// The engine rule this configuration breaks, with what breaks it, whether the file
+    /// or a command-line setting brought it in: a configuration that cannot exist rather
+    /// than input that is wrong.
+    pub fn broken_rule(&self) -> Option<(&'static str, &str)> {
+        match self {
+            SpecError::Invalid { rule, message, .. } => Some((rule, message)),
+            SpecError::Flag { cause, .. } => cause.broken_rule(),
+            _ => None,
         }
     }
 }

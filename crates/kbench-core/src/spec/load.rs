@@ -98,7 +98,7 @@ fn blame_flag(
             fails_with(&overrides[..n]).map(|e| SpecError::Flag {
                 flag: format!("--set {}", overrides[n - 1]),
                 index: n - 1,
-                reason: e.detail(),
+                cause: Box::new(e),
             })
         })
         .unwrap_or(err)
