@@ -67,6 +67,19 @@ fn writes_json_csv_and_plot() {
         assert!(levels[0].get(key).is_some(), "missing {key}");
     }
     assert_eq!(levels[0]["completed"], 8);
+    // what the run assumed is printed, not only kept in the JSON
+    let assumed = report["experiment"]["assumptions"][0].as_str().unwrap();
+    let first_words: String = assumed
+        .split_whitespace()
+        .take(4)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        stdout.contains(&format!(
+            "== assumed (where the experiment's source is silent)\n   - {first_words}"
+        )),
+        "{stdout}"
+    );
     assert!(report["reference"]["points"][0]["error_pct"].is_number());
     assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 3);
     let plot = std::fs::read_to_string(&svg).unwrap();

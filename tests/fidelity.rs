@@ -22,6 +22,11 @@ fn the_shipped_corpus_table_is_pinned() {
     );
     assert_eq!(code, 0, "{stderr}");
     insta::assert_snapshot!(stdout);
+    let widest = stdout.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(
+        widest <= 100,
+        "a line of {widest} columns does not fit a terminal"
+    );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(v["points"].as_array().unwrap().len() > 60);

@@ -51,6 +51,8 @@ pub fn run(args: ExperimentArgs) -> CliResult<()> {
             render::table::write_sweep_summary(&mut out, &reports)
                 .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
         }
+        render::assumptions::write_assumptions(&mut out, &reports)
+            .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
         for report in &reports {
             render::table::write_measured_vs_predicted(&mut out, report)
                 .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;

@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use kbench_sim::fidelity::FidelityReport;
 
-use super::table::write_rows;
+use super::table::{wrap, write_grouped_rows, write_rows};
 
 /// The targets on `check` points: (metric, median, P90) in absolute %.
 const TARGETS: [(&str, f64, Option<f64>); 5] = [
@@ -17,10 +17,10 @@ const TARGETS: [(&str, f64, Option<f64>); 5] = [
 
 pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()> {
     writeln!(out, "== fidelity: {} points", r.points.len())?;
-    let mut rows = vec![[
-        "source/case",
+    // grouped by source and engine, so the rows fit a 100-column terminal
+    let header: Vec<String> = [
+        "case",
         "role",
-        "engine",
         "metric",
         "C",
         "measured",
@@ -29,8 +29,13 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect::<Vec<_>>()];
+    .collect();
+    let mut groups: Vec<(String, Vec<Vec<String>>)> = Vec::new();
     for p in &r.points {
+        let heading = format!("{}: {}", p.source, p.engine);
+        if groups.last().is_none_or(|(h, _)| *h != heading) {
+            groups.push((heading, Vec::new()));
+        }
         // ratios and accept lengths sit near 1-4: a third decimal is their resolution
         let value = |v: f64| {
             if matches!(p.metric.as_str(), "speedup" | "accept_length") {
@@ -39,10 +44,10 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
                 format!("{v:.2}")
             }
         };
+        let rows = &mut groups.last_mut().expect("pushed above").1;
         rows.push(vec![
-            format!("{}/{}", p.source, p.case),
+            p.case.clone(),
             p.role.name().into(),
-            p.engine.clone(),
             p.metric.clone(),
             p.concurrency
                 .map(|c| c.to_string())
@@ -52,7 +57,7 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
             format!("{:+.1}%", p.error_pct),
         ]);
     }
-    write_rows(out, &rows)?;
+    write_grouped_rows(out, &header, &groups)?;
     for f in &r.failed {
         writeln!(
             out,
@@ -66,14 +71,14 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
     }
     writeln!(out)?;
     writeln!(out, "== summary: absolute % error")?;
-    let mut rows = vec![[
-        "role", "metric", "n", "median", "P90", "max", "target", "worst",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect::<Vec<_>>()];
+    let mut rows = vec![["role", "metric", "n", "median", "P90", "max", "target"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()];
+    let mut worst = Vec::new();
     for (role, metrics) in &r.summary {
         for (metric, s) in metrics {
+            worst.push(format!("{role} {metric}: {}", s.worst));
             let target = TARGETS
                 .iter()
                 .find(|t| role == "check" && t.0 == metric)
@@ -94,22 +99,30 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
                 format!("{:.1}%", s.p90_abs_pct),
                 format!("{:.1}%", s.max_abs_pct),
                 target,
-                s.worst.clone(),
             ]);
         }
     }
     write_rows(out, &rows)?;
+    writeln!(out, "   the largest error of each:")?;
+    for w in &worst {
+        writeln!(out, "     {w}")?;
+    }
     writeln!(out)?;
     writeln!(out, "== engine profiles")?;
     for (name, u) in &r.engine_profiles {
         match (&u.fitted_to[..], &u.held_out) {
             ([], _) => writeln!(out, "   {name}: priors, fitted to nothing")?,
-            (to, held) => writeln!(
-                out,
-                "   {name}: fitted to the `fit` points of {}; held apart: {}",
-                to.join(", "),
-                held.as_deref().unwrap_or("-")
-            )?,
+            (to, held) => {
+                writeln!(
+                    out,
+                    "   {name}: fitted to the `fit` points of {}",
+                    to.join(", ")
+                )?;
+                let held = format!("held apart: {}", held.as_deref().unwrap_or("-"));
+                for line in wrap(&held, 92) {
+                    writeln!(out, "     {line}")?;
+                }
+            }
         }
     }
     Ok(())

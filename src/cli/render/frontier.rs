@@ -69,6 +69,7 @@ pub fn frontier_svg(r: &SearchReport) -> CliResult<String> {
                 colour: colour(1),
                 text: format!("{name}: {}{objective}", c.label),
                 ring: true,
+                stack: rank as i32,
             })
         })
         .collect();

@@ -1,5 +1,6 @@
 //! Report renderings: terminal table, CSV, SVG plots.
 
+pub mod assumptions;
 mod chart;
 pub mod compare;
 pub mod csv;

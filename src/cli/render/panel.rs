@@ -138,6 +138,8 @@ pub(super) struct Marker {
     pub colour: RGBColor,
     pub text: String,
     pub ring: bool,
+    /// Text lines to move the label down by, so labels of nearby markers do not overlap.
+    pub stack: i32,
 }
 
 pub(super) struct Panel {
@@ -320,7 +322,10 @@ pub(super) fn draw(area: &Canvas, p: &Panel) -> Drawn {
                 + shape
                 + Text::new(
                     m.text.clone(),
-                    p.label_offset(at, &m.text),
+                    {
+                        let (dx, dy) = p.label_offset(at, &m.text);
+                        (dx, dy + 13 * m.stack)
+                    },
                     ("sans-serif", 10).into_font().color(&c),
                 ),
         ))?;

@@ -188,6 +188,7 @@ fn throughput_markers(r: &Report, i: usize, load: Load) -> Vec<Marker> {
                 colour: colour(i),
                 text: format!("{}{error}", value_label(p.reference)),
                 ring: false,
+                stack: 0,
             })
         })
         .collect()
@@ -279,6 +280,7 @@ fn frontier_markers(r: &Report, i: usize) -> Vec<Marker> {
                 colour: colour(i),
                 text: format!("{} at C={c}", value_label(per_gpu)),
                 ring: false,
+                stack: 0,
             })
         })
         .collect()
@@ -367,6 +369,7 @@ fn latency_markers(r: &Report, i: usize, metric: &str) -> Vec<Marker> {
                 colour: colour(i),
                 text: format!("{}{error}", value_label(p.reference)),
                 ring: false,
+                stack: 0,
             })
         })
         .collect()

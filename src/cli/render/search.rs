@@ -182,7 +182,7 @@ pub fn write_search(
         "at".to_string(),
         "output tok/s".to_string(),
         "per-request tok/s".to_string(),
-        String::new(),
+        "ranked".to_string(),
     ]];
     let winner = r.ranked.first().map(|&w| (w, r.candidates[w].at_level));
     for idx in spread(r.frontier.len(), shown) {
@@ -195,9 +195,9 @@ pub fn write_search(
             format!("{:.1}", p.output_throughput),
             format!("{:.1}", p.per_request_output_throughput),
             if winner == Some((p.candidate, Some(p.level))) {
-                "<- #1".into()
+                "#1".into()
             } else {
-                String::new()
+                "-".into()
             },
         ]);
     }
@@ -218,7 +218,7 @@ pub fn write_search(
         };
         writeln!(
             out,
-            "== {title}: one decode round at batch {}, mean context {:.0}",
+            "== {title}\n   one decode round at batch {}, mean context {:.0}",
             a.batch, a.mean_context
         )?;
         let cols: Vec<&kbench_search::explain::Decomposition> =

@@ -45,11 +45,20 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
             }
         )
     };
+    // the engine backend runs here, whatever GPU the file models for the sim
+    let hardware = if r.backend.name == "engine" {
+        format!(
+            "this machine (the file's {} is modelled only by the sim)",
+            e.hardware
+        )
+    } else {
+        e.hardware.clone()
+    };
     writeln!(
         out,
         "   {} on {}{}, tp {}, {spec}; max_running_requests {}, cuda_graph_max_bs {}",
         e.model,
-        e.hardware,
+        hardware,
         e.engine
             .as_ref()
             .map(|n| format!(" under {n}"))
@@ -315,6 +324,43 @@ pub fn write_rows(out: &mut dyn Write, rows: &[Vec<String>]) -> io::Result<()> {
     Ok(())
 }
 
+/// [`write_rows`] with a heading line before each group, every group aligned as one table.
+pub fn write_grouped_rows(
+    out: &mut dyn Write,
+    header: &[String],
+    groups: &[(String, Vec<Vec<String>>)],
+) -> io::Result<()> {
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| {
+            groups
+                .iter()
+                .flat_map(|(_, rows)| rows)
+                .chain(std::iter::once(&header.to_vec()))
+                .map(|r| r[c].len())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |row: &[String]| -> String {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:>w$}"))
+            .collect();
+        format!("   {}", cells.join("  "))
+    };
+    writeln!(out, "{}", line(header))?;
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    writeln!(out, "   {}", rule.join("  "))?;
+    for (heading, rows) in groups {
+        writeln!(out, "   -- {heading}")?;
+        for row in rows {
+            writeln!(out, "{}", line(row))?;
+        }
+    }
+    Ok(())
+}
+
 /// `--predict`: each level's measurement beside the simulator's prediction of it, the error
 /// as (predicted - measured) / measured, as the reference comparison gives it.
 pub fn write_measured_vs_predicted(out: &mut dyn Write, measured: &Report) -> std::io::Result<()> {
@@ -327,6 +373,18 @@ pub fn write_measured_vs_predicted(out: &mut dyn Write, measured: &Report) -> st
         measured.backend.name
     )?;
     writeln!(out, "   predicted by: {}", p.predicted_by)?;
+    // a CPU engine set beside a modelled GPU differs by the hardware, not by the model
+    for line in wrap(
+        &format!(
+            "the prediction is for {} as the file describes it; the measurement is the server \
+             that answered, so a server on other hardware (kbench serve on this machine's CPU) \
+             differs by the hardware's speed, not by the model's error",
+            measured.experiment.hardware
+        ),
+        94,
+    ) {
+        writeln!(out, "   {line}")?;
+    }
     let err = |e: Option<f64>| e.map(|e| format!("{e:+.1}%")).unwrap_or_else(|| "-".into());
     let mut rows: Vec<Vec<String>> = vec![[
         "C",
@@ -375,4 +433,19 @@ pub fn write_measured_vs_predicted(out: &mut dyn Write, measured: &Report) -> st
 /// A level's name in the tables: its clients, or its request rate.
 pub fn level_label(m: &kbench_core::metrics::LevelMetrics) -> String {
     kbench_core::compare::LevelKey::of(m).label()
+}
+
+/// Words joined into lines of at most `width` characters (a longer word has its own line).
+pub(super) fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        match lines.last_mut() {
+            Some(line) if line.len() + 1 + word.len() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
 }
