@@ -67,6 +67,27 @@ fn writes_json_csv_and_plot() {
         assert!(levels[0].get(key).is_some(), "missing {key}");
     }
     assert_eq!(levels[0]["completed"], 8);
+    // a terminal of 100 columns holds the report; --wide gives the columns it leaves out
+    let widest = stdout.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(widest <= 100, "{widest} columns: {stdout}");
+    assert!(
+        !stdout.contains("ITL p50 ") && stdout.contains("--wide"),
+        "{stdout}"
+    );
+    let (code, wide, stderr) = kbench(
+        &repo_root(),
+        &[
+            "experiment",
+            exp.to_str().unwrap(),
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "4",
+            "--wide",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(wide.contains("ITL p50") && wide.contains("dur s"), "{wide}");
     // what the run assumed is printed, not only kept in the JSON
     let assumed = report["experiment"]["assumptions"][0].as_str().unwrap();
     let first_words: String = assumed

@@ -34,7 +34,7 @@ fn relative(p: &std::path::Path) -> String {
 fn rendered(reports: &[Report]) -> String {
     let mut out = Vec::new();
     for r in reports {
-        table::write_report(&mut out, r).unwrap();
+        table::write_report(&mut out, r, false).unwrap();
     }
     if reports.len() > 1 {
         table::write_sweep_summary(&mut out, reports).unwrap();

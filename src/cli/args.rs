@@ -296,12 +296,16 @@ pub struct ExperimentArgs {
     /// Write one CSV row per level here.
     #[arg(long)]
     pub csv: Option<PathBuf>,
-    /// Draw output throughput against concurrency (SVG) here.
+    /// Draw the run's dashboard (SVG) here: throughput, per-GPU against per-user speed,
+    /// TTFT and TPOT against load.
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Print nothing but errors (files are still written).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Print every column and every line whole, past 100 columns.
+    #[arg(long)]
+    pub wide: bool,
 }
 
 #[derive(Debug, Args)]

@@ -44,7 +44,7 @@ pub fn run(args: ExperimentArgs) -> CliResult<()> {
     let mut out = stdout.lock();
     if !args.quiet {
         for report in &reports {
-            render::table::write_report(&mut out, report)
+            render::table::write_report(&mut out, report, args.wide)
                 .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
         }
         if reports.len() > 1 {
@@ -54,7 +54,7 @@ pub fn run(args: ExperimentArgs) -> CliResult<()> {
         render::assumptions::write_assumptions(&mut out, &reports)
             .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
         for report in &reports {
-            render::table::write_measured_vs_predicted(&mut out, report)
+            render::table::write_measured_vs_predicted(&mut out, report, args.wide)
                 .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
         }
         out.flush().ok();

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use kbench_core::compare::{metric_at, pct, LevelKey, COMPARED};
 use kbench_core::report::Report;
 
-use super::table::write_rows;
+use super::table::{wrap, write_rows};
 
 /// How a report is named in the comparison: its place, file, experiment, variant, backend.
 pub fn label(index: usize, file: &str, r: &Report) -> String {
@@ -37,7 +37,9 @@ pub fn write_comparison(
     )?;
     for (l, r) in labels.iter().zip(reports) {
         writeln!(out, "   {l}")?;
-        writeln!(out, "      {}", r.backend.description)?;
+        for line in wrap(&r.backend.description, 94) {
+            writeln!(out, "      {line}")?;
+        }
     }
     let mut levels: Vec<LevelKey> = Vec::new();
     for m in reports.iter().flat_map(|r| &r.levels) {

@@ -21,7 +21,23 @@ const HEADER: [&str; 13] = [
     "dur s",
 ];
 
-pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
+/// The columns a terminal of 100 shows; `--wide` adds ITL and the duration.
+const NARROW_LEFT_OUT: [&str; 3] = ["ITL p50", "ITL p99", "dur s"];
+const TERMINAL: usize = 100;
+
+/// A line of the report's preamble: whole under `--wide`, else wrapped to the terminal.
+fn preamble(out: &mut dyn Write, text: &str, wide: bool) -> io::Result<()> {
+    if wide {
+        return writeln!(out, "   {text}");
+    }
+    for (i, line) in wrap(text, TERMINAL - 5).iter().enumerate() {
+        let indent = if i == 0 { "   " } else { "     " };
+        writeln!(out, "{indent}{line}")?;
+    }
+    Ok(())
+}
+
+pub fn write_report(out: &mut dyn Write, r: &Report, wide: bool) -> io::Result<()> {
     let e = &r.experiment;
     let title = match &e.variant {
         Some(v) => format!("{} [{v}]", e.name),
@@ -54,9 +70,8 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
     } else {
         e.hardware.clone()
     };
-    writeln!(
-        out,
-        "   {} on {}{}, tp {}, {spec}; max_running_requests {}, cuda_graph_max_bs {}",
+    let deployment = format!(
+        "{} on {}{}, tp {}, {spec}; max_running_requests {}, cuda_graph_max_bs {}",
         e.model,
         hardware,
         e.engine
@@ -66,7 +81,8 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
         e.tp_size,
         e.max_running_requests,
         e.cuda_graph_max_bs
-    )?;
+    );
+    preamble(out, &deployment, wide)?;
     let range = |r: [u32; 2]| {
         if r[0] == r[1] {
             r[0].to_string()
@@ -103,12 +119,15 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
         (Some(n), _) => format!("{n} requests/client"),
         (None, n) => format!("{} requests/level", n.unwrap_or(0)),
     };
-    writeln!(
+    preamble(
         out,
-        "   {measured} (+{} warm-up), {output}, {prompt}",
-        e.warmup_requests,
+        &format!(
+            "{measured} (+{} warm-up), {output}, {prompt}",
+            e.warmup_requests
+        ),
+        wide,
     )?;
-    writeln!(out, "   {}", r.backend.description)?;
+    preamble(out, &r.backend.description, wide)?;
     let mut rows: Vec<Vec<String>> = vec![HEADER.iter().map(|h| h.to_string()).collect()];
     for m in &r.levels {
         rows.push(vec![
@@ -129,7 +148,22 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
             format!("{:.2}", m.duration_s),
         ]);
     }
-    write_rows(out, &rows)?;
+    if wide {
+        write_rows(out, &rows)?;
+    } else {
+        let kept: Vec<usize> = (0..HEADER.len())
+            .filter(|&c| !NARROW_LEFT_OUT.contains(&HEADER[c]))
+            .collect();
+        let narrow: Vec<Vec<String>> = rows
+            .iter()
+            .map(|row| kept.iter().map(|&c| row[c].clone()).collect())
+            .collect();
+        write_rows(out, &narrow)?;
+        writeln!(
+            out,
+            "   (ITL p50/p99 and the duration: --wide, --json or --csv)"
+        )?;
+    }
     for m in &r.levels {
         let (Some(_), Some(peak)) = (m.request_rate, m.max_concurrent_requests) else {
             continue;
@@ -185,19 +219,22 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
             .iter()
             .map(|p| format!("{p:.2}"))
             .collect();
-        writeln!(
+        preamble(
             out,
-            "   {}: the server counted {} drafts, accept length {}, per position [{}] ({})",
-            match m.request_rate {
-                Some(_) => level_label(m),
-                None => format!("C={}", m.concurrency),
-            },
-            s.num_drafts,
-            s.acceptance_length
-                .map(|a| format!("{a:.2}"))
-                .unwrap_or_else(|| "-".into()),
-            rates.join(" "),
-            s.source
+            &format!(
+                "{}: the server counted {} drafts, accept length {}, per position [{}] ({})",
+                match m.request_rate {
+                    Some(_) => level_label(m),
+                    None => format!("C={}", m.concurrency),
+                },
+                s.num_drafts,
+                s.acceptance_length
+                    .map(|a| format!("{a:.2}"))
+                    .unwrap_or_else(|| "-".into()),
+                rates.join(" "),
+                s.source
+            ),
+            wide,
         )?;
     }
     let at = r
@@ -247,7 +284,7 @@ pub fn write_report(out: &mut dyn Write, r: &Report) -> io::Result<()> {
         }
     }
     for w in &r.warnings {
-        writeln!(out, "   warning: {w}")?;
+        preamble(out, &format!("warning: {w}"), wide)?;
     }
     if let Some(why) = &r.partial {
         writeln!(
@@ -363,7 +400,11 @@ pub fn write_grouped_rows(
 
 /// `--predict`: each level's measurement beside the simulator's prediction of it, the error
 /// as (predicted - measured) / measured, as the reference comparison gives it.
-pub fn write_measured_vs_predicted(out: &mut dyn Write, measured: &Report) -> std::io::Result<()> {
+pub fn write_measured_vs_predicted(
+    out: &mut dyn Write,
+    measured: &Report,
+    wide: bool,
+) -> std::io::Result<()> {
     let Some(p) = &measured.prediction else {
         return Ok(());
     };
@@ -372,7 +413,7 @@ pub fn write_measured_vs_predicted(out: &mut dyn Write, measured: &Report) -> st
         "== measured ({}) vs predicted (sim)",
         measured.backend.name
     )?;
-    writeln!(out, "   predicted by: {}", p.predicted_by)?;
+    preamble(out, &format!("predicted by: {}", p.predicted_by), wide)?;
     // a CPU engine set beside a modelled GPU differs by the hardware, not by the model
     for line in wrap(
         &format!(
