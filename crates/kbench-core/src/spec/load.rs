@@ -93,15 +93,21 @@ fn blame_flag(
     {
         return err;
     }
-    (1..=overrides.len())
-        .find_map(|n| {
-            fails_with(&overrides[..n]).map(|e| SpecError::Flag {
-                flag: format!("--set {}", overrides[n - 1]),
-                index: n - 1,
-                cause: Box::new(e),
-            })
-        })
-        .unwrap_or(err)
+    // The first override after which the file fails the same way is the one to blame. A
+    // prefix can fail differently on the way (`method=eagle3` before its token count): then
+    // no single flag is at fault and the error stands as it is.
+    let Some(n) = (1..=overrides.len()).find(|&n| fails_with(&overrides[..n]).is_some()) else {
+        return err;
+    };
+    let same = fails_with(&overrides[..n]).is_some_and(|e| e.detail() == err.detail());
+    if !same {
+        return err;
+    }
+    SpecError::Flag {
+        flag: format!("--set {}", overrides[n - 1]),
+        index: n - 1,
+        cause: Box::new(err),
+    }
 }
 
 /// A preset or config that does not resolve is pointed at where the file names it.
