@@ -9,7 +9,7 @@
 //! Load is concurrency where any report has closed-loop levels, else the request rate.
 
 use kbench_core::metrics::LevelMetrics;
-use kbench_core::report::Report;
+use kbench_core::report::{ReferenceResult, Report};
 use plotters::prelude::SeriesLabelPosition;
 
 use super::chart::{colour, value_label};
@@ -167,31 +167,35 @@ fn throughput_markers(r: &Report, i: usize, load: Load) -> Vec<Marker> {
     if load != Load::Concurrency {
         return Vec::new();
     }
-    let Some(reference) = &r.reference else {
-        return Vec::new();
-    };
-    reference
-        .points
-        .iter()
-        .filter_map(|p| {
-            let c = match (p.metric.as_str(), p.concurrency) {
-                ("saturation_output_throughput", _) => r.saturation_concurrency,
-                ("output_throughput", Some(c)) => c,
-                _ => return None,
-            };
-            let error = p
-                .error_pct
-                .map(|e| format!(" ({e:+.1}%)"))
-                .unwrap_or_default();
-            Some(Marker {
-                at: (c as f64, p.reference),
-                colour: colour(i),
-                text: format!("{}{error}", value_label(p.reference)),
-                ring: false,
-                stack: 0,
-            })
+    reference_throughputs(r)
+        .map(|(c, p)| Marker {
+            at: (c as f64, p.reference),
+            colour: colour(i),
+            text: format!("{}{}", value_label(p.reference), error_suffix(p)),
+            ring: false,
+            stack: 0,
         })
         .collect()
+}
+
+/// The reference's output throughputs with the concurrency each belongs to: a saturation
+/// number sits at the concurrency the run saturated at.
+fn reference_throughputs(r: &Report) -> impl Iterator<Item = (u32, &ReferenceResult)> {
+    r.reference
+        .iter()
+        .flat_map(|reference| &reference.points)
+        .filter_map(|p| match (p.metric.as_str(), p.concurrency) {
+            ("saturation_output_throughput", _) => Some((r.saturation_concurrency, p)),
+            ("output_throughput", Some(c)) => Some((c, p)),
+            _ => None,
+        })
+}
+
+/// ` (+2.1%)`: the prediction's error beside a measurement, where there is one.
+fn error_suffix(p: &ReferenceResult) -> String {
+    p.error_pct
+        .map(|e| format!(" ({e:+.1}%)"))
+        .unwrap_or_default()
 }
 
 fn frontier_panel(reports: &[Report]) -> Panel {
@@ -256,23 +260,13 @@ fn frontier_panel(reports: &[Report]) -> Panel {
 /// A reference throughput at a concurrency the run has, placed at that level's per-user
 /// speed: the reference measures the y, and the run's level says where on x it sits.
 fn frontier_markers(r: &Report, i: usize) -> Vec<Marker> {
-    let Some(reference) = &r.reference else {
-        return Vec::new();
-    };
     let at_concurrency = |c: u32| {
         r.levels
             .iter()
             .find(|m| m.request_rate.is_none() && m.concurrency == c)
     };
-    reference
-        .points
-        .iter()
-        .filter_map(|p| {
-            let c = match (p.metric.as_str(), p.concurrency) {
-                ("saturation_output_throughput", _) => r.saturation_concurrency,
-                ("output_throughput", Some(c)) => c,
-                _ => return None,
-            };
+    reference_throughputs(r)
+        .filter_map(|(c, p)| {
             let level = at_concurrency(c)?;
             let per_gpu = p.reference / gpus(r) as f64;
             Some(Marker {
@@ -360,14 +354,10 @@ fn latency_markers(r: &Report, i: usize, metric: &str) -> Vec<Marker> {
         .iter()
         .filter(|p| p.metric == metric)
         .filter_map(|p| {
-            let error = p
-                .error_pct
-                .map(|e| format!(" ({e:+.1}%)"))
-                .unwrap_or_default();
             Some(Marker {
                 at: (p.concurrency? as f64, p.reference),
                 colour: colour(i),
-                text: format!("{}{error}", value_label(p.reference)),
+                text: format!("{}{}", value_label(p.reference), error_suffix(p)),
                 ring: false,
                 stack: 0,
             })

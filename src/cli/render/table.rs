@@ -342,20 +342,11 @@ fn ms(x: f64) -> String {
 }
 
 pub fn write_rows(out: &mut dyn Write, rows: &[Vec<String>]) -> io::Result<()> {
-    let cols = rows[0].len();
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
+    let widths = column_widths(rows.iter());
     for (i, row) in rows.iter().enumerate() {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:>w$}"))
-            .collect();
-        writeln!(out, "   {}", line.join("  "))?;
+        writeln!(out, "{}", aligned(row, &widths))?;
         if i == 0 {
-            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-            writeln!(out, "   {}", rule.join("  "))?;
+            writeln!(out, "{}", rule(&widths))?;
         }
     }
     Ok(())
@@ -367,35 +358,39 @@ pub fn write_grouped_rows(
     header: &[String],
     groups: &[(String, Vec<Vec<String>>)],
 ) -> io::Result<()> {
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| {
-            groups
-                .iter()
-                .flat_map(|(_, rows)| rows)
-                .chain(std::iter::once(&header.to_vec()))
-                .map(|r| r[c].len())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |row: &[String]| -> String {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:>w$}"))
-            .collect();
-        format!("   {}", cells.join("  "))
-    };
-    writeln!(out, "{}", line(header))?;
-    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-    writeln!(out, "   {}", rule.join("  "))?;
+    let header = header.to_vec();
+    let widths =
+        column_widths(std::iter::once(&header).chain(groups.iter().flat_map(|(_, rows)| rows)));
+    writeln!(out, "{}", aligned(&header, &widths))?;
+    writeln!(out, "{}", rule(&widths))?;
     for (heading, rows) in groups {
         writeln!(out, "   -- {heading}")?;
         for row in rows {
-            writeln!(out, "{}", line(row))?;
+            writeln!(out, "{}", aligned(row, &widths))?;
         }
     }
     Ok(())
+}
+
+fn column_widths<'a>(rows: impl Iterator<Item = &'a Vec<String>> + Clone) -> Vec<usize> {
+    let cols = rows.clone().next().map_or(0, |r| r.len());
+    (0..cols)
+        .map(|c| rows.clone().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect()
+}
+
+fn aligned(row: &[String], widths: &[usize]) -> String {
+    let cells: Vec<String> = row
+        .iter()
+        .zip(widths)
+        .map(|(cell, w)| format!("{cell:>w$}"))
+        .collect();
+    format!("   {}", cells.join("  "))
+}
+
+fn rule(widths: &[usize]) -> String {
+    let dashes: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    format!("   {}", dashes.join("  "))
 }
 
 /// `--predict`: each level's measurement beside the simulator's prediction of it, the error

@@ -96,11 +96,12 @@ fn blame_flag(
     // The first override after which the file fails the same way is the one to blame. A
     // prefix can fail differently on the way (`method=eagle3` before its token count): then
     // no single flag is at fault and the error stands as it is.
-    let Some(n) = (1..=overrides.len()).find(|&n| fails_with(&overrides[..n]).is_some()) else {
+    let Some((n, first)) =
+        (1..=overrides.len()).find_map(|n| fails_with(&overrides[..n]).map(|e| (n, e)))
+    else {
         return err;
     };
-    let same = fails_with(&overrides[..n]).is_some_and(|e| e.detail() == err.detail());
-    if !same {
+    if first.detail() != err.detail() {
         return err;
     }
     SpecError::Flag {
