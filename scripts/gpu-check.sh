@@ -38,7 +38,7 @@ if [[ "${1:-}" == "--bundle" ]]; then
     cargo test --release -p kbench-engine --test cuda_engine --test cuda_tuned --test cuda_backend --no-run 2>&1 |
         sed -n 's/.*Executable tests\/\([a-z_]*\)\.rs (\(.*\)).*/\1 \2/p' |
         while read -r name path; do cp "$path" "$B/engine-$name"; done
-    for f in "$B"/*; do strip --strip-debug "$f" 2>/dev/null || true; done
+    for f in "$B"/*; do strip "$f" 2>/dev/null || true; done
     ls -la "$B"
     echo "bundle ready: carry target/gpu-bundle (run tool: carry [\"target/gpu-bundle\"])"
     exit 0

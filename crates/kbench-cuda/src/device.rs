@@ -331,15 +331,7 @@ impl CudaDevice {
         height: usize,
     ) -> Result<()> {
         self.ctx.bind_to_thread()?;
-        let mut c: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-        c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        c.srcDevice = src;
-        c.srcPitch = src_pitch;
-        c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        c.dstDevice = dst;
-        c.dstPitch = dst_pitch;
-        c.WidthInBytes = width_bytes;
-        c.Height = height;
+        let c = copy2d_descriptor(src, src_pitch, dst, dst_pitch, width_bytes, height);
         let r = unsafe { sys::cuMemcpy2DAsync_v2(&c, self.stream.cu_stream()) };
         driver("cuMemcpy2DAsync", r)
     }
@@ -423,5 +415,57 @@ impl GraphCache {
     }
     pub fn is_empty(&self) -> bool {
         self.graphs.is_empty()
+    }
+}
+
+/// The descriptor of a device-to-device 2-D copy, written out field by field: the struct holds
+/// `CUmemorytype`, an enum with no zero value, so `mem::zeroed()` of it is undefined behaviour,
+/// which Rust turns into an abort at run time (seen on the first H200 run).
+pub(crate) fn copy2d_descriptor(
+    src: u64,
+    src_pitch: usize,
+    dst: u64,
+    dst_pitch: usize,
+    width_bytes: usize,
+    height: usize,
+) -> sys::CUDA_MEMCPY2D {
+    sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: dst_pitch,
+        WidthInBytes: width_bytes,
+        Height: height,
+    }
+}
+
+#[cfg(test)]
+mod copy2d_tests {
+    use super::*;
+
+    #[test]
+    fn copy2d_descriptor_is_built_without_a_gpu() {
+        let c = copy2d_descriptor(0x1000, 256, 0x9000, 512, 128, 7);
+        assert_eq!(c.srcMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_DEVICE);
+        assert_eq!(c.dstMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_DEVICE);
+        assert_eq!(
+            (c.srcDevice, c.srcPitch, c.dstDevice, c.dstPitch),
+            (0x1000, 256, 0x9000, 512)
+        );
+        assert_eq!(
+            (c.WidthInBytes, c.Height, c.srcXInBytes, c.dstY),
+            (128, 7, 0, 0)
+        );
+        assert!(c.srcHost.is_null() && c.dstArray.is_null());
     }
 }
