@@ -59,7 +59,8 @@ fn load(
                         &client,
                         Api::Sglang,
                         None,
-                        true,
+                        // topk1_v2's chain drafts 2 a round
+                        Some(2),
                         sent,
                         start,
                         Duration::from_secs(120),

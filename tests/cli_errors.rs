@@ -62,6 +62,26 @@ fn partial_speculative_settings_name_sglang_rule() {
     insta::assert_snapshot!(run_file(&bad, &[]));
 }
 
+/// SGLang's NGRAM used to be serde's "unknown variant"; it is named, with the n-gram
+/// kbench does simulate.
+#[test]
+fn sglang_ngram_is_named_as_not_simulated_with_the_one_that_is() {
+    let bad = SPEC
+        .replace("algorithm = \"EAGLE3\"", "algorithm = \"NGRAM\"")
+        .replace(
+            "num_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = true\n",
+            "",
+        );
+    let out = run_file(&bad, &[]);
+    assert!(
+        out.contains("SGLang's NGRAM is not simulated yet")
+            && out.contains("method = \"ngram\"")
+            && !out.contains("unknown variant"),
+        "{out}"
+    );
+    assert!(!out.starts_with("exit code: 0"), "{out}");
+}
+
 #[test]
 fn zero_concurrency_is_rejected() {
     let bad = BASE.replace("concurrency = [1, 2]", "concurrency = [0, 2]");

@@ -19,6 +19,13 @@ fn experiment_help_is_pinned() {
 }
 
 #[test]
+fn serve_help_is_pinned() {
+    let (code, stdout, _) = kbench(&repo_root(), &["serve", "--help"]);
+    assert_eq!(code, 0);
+    insta::assert_snapshot!(stdout);
+}
+
+#[test]
 fn writes_json_csv_and_plot() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");

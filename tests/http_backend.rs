@@ -1035,6 +1035,13 @@ fn a_run_where_every_request_failed_exits_as_a_backend_failure() {
     }
     assert_eq!(level["output_throughput"], 0.0);
     let stdout = String::from_utf8_lossy(&out.stdout);
+    // the table's done column counts the failed ones too
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("1  0 of 2 ")),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("saturation: none (no request completed)")
             && stdout.contains("(no request completed at C=1)"),

@@ -216,13 +216,196 @@ fn server_counters_add_up_to_the_requests() {
     assert!((value("sglang:spec_accept_length{") - avg).abs() < 1e-9);
     assert_eq!(value("sglang:num_running_reqs{"), 0.0);
 
-    // flushing resets the average, and is refused while a request runs
+    assert!(value("sglang:spec_accept_rate{") > 0.0);
+
+    // flushing restarts every speculative gauge and leaves the counters counting
     assert_eq!(post(&server.addr, "/flush_cache", "").status, 200);
     let info = get(&server.addr, "/get_server_info").json();
     assert_eq!(
         info["internal_states"][0]["avg_spec_accept_length"],
         json!(0.0)
     );
+    let flushed = get(&server.addr, "/metrics").text();
+    let after = |name: &str| -> f64 {
+        flushed
+            .lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("{name} missing:\n{flushed}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(after("sglang:spec_accept_length{"), 0.0);
+    assert_eq!(after("sglang:spec_accept_rate{"), 0.0);
+    assert_eq!(after("vllm:spec_decode_num_drafts_total{") as u64, rounds);
+    assert_eq!(
+        after("vllm:spec_decode_num_accepted_tokens_total{") as u64,
+        correct
+    );
+}
+
+/// `avg_spec_accept_length` from `/get_server_info`.
+fn avg_accept_length(addr: &str) -> f64 {
+    get(addr, "/get_server_info").json()["internal_states"][0]["avg_spec_accept_length"]
+        .as_f64()
+        .unwrap()
+}
+
+/// Starts a long `/generate` stream and returns once the server has answered its headers
+/// (the request is then in flight); dropping the connection ends it.
+fn hold_a_request(addr: &str) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let mut c = connect(addr);
+    let body = json!({"text": PROMPT, "stream": true,
+        "sampling_params": {"max_new_tokens": 50000, "temperature": 0, "ignore_eos": true}})
+    .to_string();
+    write!(
+        c,
+        "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut first = [0u8; 64];
+    let n = c.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    c
+}
+
+#[test]
+fn reset_prefix_cache_is_the_flush_under_vllms_contract() {
+    let server = spec_server(3, 1, 4, &[]);
+    let body = json!({"text": PROMPT, "sampling_params": {"max_new_tokens": 12, "temperature": 0,
+        "ignore_eos": true}});
+    assert_eq!(
+        post(&server.addr, "/generate", &body.to_string()).status,
+        200
+    );
+    let avg = avg_accept_length(&server.addr);
+    assert!(avg > 0.0);
+
+    // vLLM routes it for POST only
+    assert_eq!(get(&server.addr, "/reset_prefix_cache").status, 405);
+    let r = post(
+        &server.addr,
+        "/reset_prefix_cache?reset_running_requests=maybe",
+        "",
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "reset_running_requests");
+
+    // while a request runs: 200 as vLLM answers, and nothing is reset, unless told to
+    let held = hold_a_request(&server.addr);
+    let r = post(&server.addr, "/reset_prefix_cache", "");
+    assert_eq!((r.status, r.text()), (200, String::new()));
+    assert_eq!(avg_accept_length(&server.addr), avg);
+    let r = post(
+        &server.addr,
+        "/reset_prefix_cache?reset_running_requests=true&reset_external=false",
+        "",
+    );
+    assert_eq!((r.status, r.text()), (200, String::new()));
+    assert_eq!(avg_accept_length(&server.addr), 0.0);
+    drop(held);
+
+    // idle: the same reset as /flush_cache, with vLLM's empty 200
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while get(&server.addr, "/metrics")
+        .text()
+        .lines()
+        .any(|l| l.starts_with("sglang:num_running_reqs{") && !l.ends_with(" 0"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the held request never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        post(&server.addr, "/generate", &body.to_string()).status,
+        200
+    );
+    assert!(avg_accept_length(&server.addr) > 0.0);
+    let r = post(&server.addr, "/reset_prefix_cache", "");
+    assert_eq!((r.status, r.text()), (200, String::new()));
+    assert_eq!(avg_accept_length(&server.addr), 0.0);
+    let metrics = get(&server.addr, "/metrics").text();
+    for gauge in ["sglang:spec_accept_length{", "sglang:spec_accept_rate{"] {
+        let line = metrics.lines().find(|l| l.starts_with(gauge)).unwrap();
+        assert!(line.ends_with(" 0"), "{line}");
+    }
+}
+
+#[test]
+fn requests_may_name_the_model_by_its_served_name_or_its_path() {
+    let path = tiny_model().to_str().unwrap().to_string();
+    let server = ServerProc::start(&["--model", &path, "--served-model-name", "tiny-kimi"]);
+    for model in ["tiny-kimi", path.as_str()] {
+        let r = post(
+            &server.addr,
+            "/v1/completions",
+            &json!({"model": model, "prompt": PROMPT, "max_tokens": 2}).to_string(),
+        );
+        assert_eq!(r.status, 200, "{model}: {}", r.text());
+        // answers name the model by its served name, as vLLM's do
+        assert_eq!(r.json()["model"], "tiny-kimi");
+        let r = post(
+            &server.addr,
+            "/v1/chat/completions",
+            &json!({"model": model, "messages": [{"role": "user", "content": PROMPT}],
+                "max_tokens": 2})
+            .to_string(),
+        );
+        assert_eq!(r.status, 200, "{model}: {}", r.text());
+    }
+    let slashed = format!("{path}/");
+    for other in ["other", "tiny", slashed.as_str()] {
+        let r = post(
+            &server.addr,
+            "/v1/completions",
+            &json!({"model": other, "prompt": PROMPT, "max_tokens": 2}).to_string(),
+        );
+        assert_eq!(r.status, 404, "{other}: {}", r.text());
+    }
+    // the listing is unchanged: the served name, with the path as its root
+    let models = get(&server.addr, "/v1/models").json();
+    assert_eq!(models["data"].as_array().unwrap().len(), 1);
+    assert_eq!(models["data"][0]["id"], "tiny-kimi");
+    assert_eq!(models["data"][0]["root"], json!(path));
+}
+
+#[test]
+fn usage_reports_the_prompt_tokens_served_from_cache() {
+    let server = spec_server(3, 1, 4, &[]);
+    // the engine keeps no prefix cache, so even a repeated prompt has none cached
+    let cached = |usage: &Value| usage["prompt_tokens_details"]["cached_tokens"].clone();
+    for chat in [false, true] {
+        let (path, mut body) = if chat {
+            (
+                "/v1/chat/completions",
+                json!({"messages": [{"role": "user", "content": PROMPT}]}),
+            )
+        } else {
+            ("/v1/completions", json!({"prompt": PROMPT}))
+        };
+        body["max_tokens"] = json!(6);
+        body["ignore_eos"] = json!(true);
+        for _ in 0..2 {
+            let r = post(&server.addr, path, &body.to_string()).json();
+            assert_eq!(cached(&r["usage"]), json!(0), "{path}: {r}");
+        }
+        let mut streamed = body.clone();
+        streamed["stream"] = json!(true);
+        streamed["stream_options"] = json!({"include_usage": true, "continuous_usage_stats": true});
+        let chunks = post(&server.addr, path, &streamed.to_string()).event_json();
+        assert!(chunks.len() > 2);
+        for c in &chunks {
+            assert_eq!(cached(&c["usage"]), json!(0), "{path}: {c}");
+        }
+        assert_eq!(chunks.last().unwrap()["choices"], json!([]));
+    }
+    let body = json!({"text": PROMPT, "sampling_params": {"max_new_tokens": 4}});
+    let r = post(&server.addr, "/generate", &body.to_string()).json();
+    assert_eq!(r["meta_info"]["cached_tokens"], json!(0));
 }
 
 #[test]

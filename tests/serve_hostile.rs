@@ -180,6 +180,180 @@ fn bad_requests_get_4xx_with_openai_error_bodies() {
     assert!(!info.contains("sekrit"), "the key leaked into server info");
     let log: Vec<String> = s.log.try_iter().collect();
     assert!(!log.join("\n").contains("sekrit"), "the key was logged");
+    // requests are not logged unless asked for
+    assert!(
+        !log.iter().any(|l| l.contains("request id=")),
+        "{}",
+        log.join("\n")
+    );
+}
+
+#[test]
+fn probes_and_scrapes_need_no_api_key_and_everything_else_does() {
+    let s = server(&["--api-key", "sekrit"]);
+    // as SGLang leaves /health* and /metrics open
+    for path in ["/health", "/health_generate", "/metrics"] {
+        let r = get(&s.addr, path);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
+    assert!(get(&s.addr, "/metrics")
+        .text()
+        .contains("vllm:request_success_total"));
+    let auth = [("Authorization", "Bearer sekrit")];
+    let cases = [
+        (
+            "POST",
+            "/generate",
+            r#"{"text": "bo", "sampling_params": {"max_new_tokens": 2}}"#,
+        ),
+        (
+            "POST",
+            "/v1/completions",
+            r#"{"prompt": "bo", "max_tokens": 2}"#,
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            r#"{"messages": [{"role": "user", "content": "bo"}], "max_tokens": 2}"#,
+        ),
+        ("POST", "/flush_cache", ""),
+        ("GET", "/flush_cache", ""),
+        ("POST", "/reset_prefix_cache", ""),
+        ("GET", "/v1/models", ""),
+        ("GET", "/get_server_info", ""),
+        ("GET", "/get_model_info", ""),
+    ];
+    for (method, path, body) in cases {
+        let r = request(&s.addr, method, path, &[], body);
+        assert_eq!(
+            r.status,
+            401,
+            "{method} {path} without the key: {}",
+            r.text()
+        );
+        assert_eq!(error_of(&r)["error"]["code"], "invalid_api_key");
+        let r = request(&s.addr, method, path, &auth, body);
+        assert_eq!(r.status, 200, "{method} {path} with the key: {}", r.text());
+    }
+    // an open path is open by its exact name only
+    assert_eq!(get(&s.addr, "/healthz").status, 401);
+}
+
+/// The `--log-requests` lines seen so far, waiting (bounded) until there are `n`.
+fn request_lines(s: &ServerProc, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut lines = Vec::new();
+    while lines.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match s.log.recv_timeout(left) {
+            Ok(l) if l.starts_with("kbench serve: request ") => lines.push(l),
+            Ok(_) => {}
+            Err(_) => panic!("{} of {n} request lines: {lines:?}", lines.len()),
+        }
+    }
+    lines
+}
+
+/// A line's `key=value` fields (values may be JSON-quoted).
+fn fields(line: &str) -> std::collections::HashMap<String, String> {
+    let rest = line
+        .strip_prefix("kbench serve: request ")
+        .expect("a request line");
+    let mut out = std::collections::HashMap::new();
+    let mut chars = rest.chars().peekable();
+    while chars.peek().is_some() {
+        let key: String = chars.by_ref().take_while(|&c| c != '=').collect();
+        let value = if chars.peek() == Some(&'"') {
+            let mut quoted = String::from(chars.next().unwrap());
+            let mut escaped = false;
+            for c in chars.by_ref() {
+                quoted.push(c);
+                if c == '"' && !escaped {
+                    break;
+                }
+                escaped = c == '\\' && !escaped;
+            }
+            let _ = chars.next(); // the space after
+            serde_json::from_str::<String>(&quoted).expect("a JSON string")
+        } else {
+            chars.by_ref().take_while(|&c| c != ' ').collect()
+        };
+        out.insert(key, value);
+    }
+    out
+}
+
+#[test]
+fn log_requests_writes_one_line_per_finished_request() {
+    let s = server(&["--log-requests", "--api-key", "sekrit"]);
+    let auth = [("Authorization", "Bearer sekrit")];
+    let r = request(
+        &s.addr,
+        "POST",
+        "/v1/completions",
+        &auth,
+        r#"{"prompt": "bo bu da", "max_tokens": 5, "ignore_eos": true}"#,
+    );
+    assert_eq!(r.status, 200);
+    let completion = r.json();
+    let id = completion["id"].as_str().unwrap().to_string();
+    let prompt_tokens = completion["usage"]["prompt_tokens"].to_string();
+    let r = request(
+        &s.addr,
+        "POST",
+        "/generate",
+        &auth,
+        r#"{"text": "bo bu", "rid": "my \"rid\" 1", "stream": true,
+            "sampling_params": {"max_new_tokens": 7, "ignore_eos": true}}"#,
+    );
+    assert!(r.done());
+    let generate_prompt = r.event_json().last().unwrap()["meta_info"]["prompt_tokens"].to_string();
+    let bad = request(
+        &s.addr,
+        "POST",
+        "/v1/completions",
+        &auth,
+        r#"{"prompt": "bo", "#,
+    );
+    assert_eq!(bad.status, 400);
+    assert_eq!(post(&s.addr, "/generate", r#"{"text": "bo"}"#).status, 401);
+
+    let lines = request_lines(&s, 4);
+    let logged: Vec<_> = lines.iter().map(|l| fields(l)).collect();
+    let want = [
+        (
+            id.as_str(),
+            "/v1/completions",
+            "200",
+            prompt_tokens.as_str(),
+            "5",
+        ),
+        (
+            "my \"rid\" 1",
+            "/generate",
+            "200",
+            generate_prompt.as_str(),
+            "7",
+        ),
+        ("-", "/v1/completions", "400", "0", "0"),
+        ("-", "/generate", "401", "0", "0"),
+    ];
+    for (id, endpoint, status, prompt, completion) in want {
+        // each line is written as its answer is done with, so order is not promised
+        let f = logged
+            .iter()
+            .find(|f| f["endpoint"] == endpoint && f["status"] == status)
+            .unwrap_or_else(|| panic!("no {endpoint} {status} line in {lines:?}"));
+        assert_eq!(f["id"], id, "{f:?}");
+        assert_eq!(f["method"], "POST", "{f:?}");
+        assert_eq!(f["prompt_tokens"], prompt, "{f:?}");
+        assert_eq!(f["completion_tokens"], completion, "{f:?}");
+        let ms: f64 = f["duration_ms"].parse().unwrap();
+        assert!((0.0..60_000.0).contains(&ms), "{f:?}");
+    }
+    // logging keeps the answer's framing: a JSON body still has its length
+    assert!(bad.headers.iter().any(|(k, _)| k == "content-length"));
+    assert!(!lines.join("\n").contains("sekrit"), "the key was logged");
 }
 
 #[test]

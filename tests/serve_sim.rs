@@ -136,10 +136,10 @@ fn sim_serves_openai_and_concurrent_streams_at_speed() {
     );
     assert_eq!(r.status, 200);
     assert!(r.done());
-    assert_eq!(
-        r.event_json().last().unwrap()["usage"]["completion_tokens"],
-        30
-    );
+    let usage = r.event_json().last().unwrap()["usage"].clone();
+    assert_eq!(usage["completion_tokens"], 30);
+    // a served request has no shared prefix, so the modelled prefix cache serves none of it
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 0);
     let handles: Vec<_> = (0..12)
         .map(|i| {
             let addr = server.addr.clone();
@@ -170,6 +170,42 @@ fn sim_serves_openai_and_concurrent_streams_at_speed() {
         .unwrap();
     let want = (tokens + 29) as f64 / (rounds + openai_rounds) as f64;
     assert!((avg - want).abs() < 1e-9, "{avg} vs {want}");
+}
+
+#[test]
+fn sim_accepts_the_model_by_its_served_name_or_its_path() {
+    let server = ServerProc::start(&[
+        "--sim",
+        &experiment(),
+        "--speed",
+        "50",
+        "--served-model-name",
+        "kimi-served",
+    ]);
+    // with --sim the model's path is its name in the experiment
+    for model in ["kimi-served", "kimi-k2.5"] {
+        let r = post(
+            &server.addr,
+            "/v1/completions",
+            &json!({"model": model, "prompt": prompt(4), "max_tokens": 3}).to_string(),
+        );
+        assert_eq!(r.status, 200, "{model}: {}", r.text());
+        assert_eq!(r.json()["model"], "kimi-served");
+        assert_eq!(
+            r.json()["usage"]["prompt_tokens_details"]["cached_tokens"],
+            0
+        );
+    }
+    let r = post(
+        &server.addr,
+        "/v1/completions",
+        &json!({"model": "kimi", "prompt": prompt(4), "max_tokens": 3}).to_string(),
+    );
+    assert_eq!(r.status, 404, "{}", r.text());
+    let models = get(&server.addr, "/v1/models").json();
+    assert_eq!(models["data"].as_array().unwrap().len(), 1);
+    assert_eq!(models["data"][0]["id"], "kimi-served");
+    assert_eq!(models["data"][0]["root"], "kimi-k2.5");
 }
 
 /// kbench's own http client against the served simulator at speed 1 measures the TTFT the

@@ -203,7 +203,8 @@ pub struct ServeArgs {
     pub host: String,
     #[arg(long, default_value_t = 30000)]
     pub port: u16,
-    /// Require `Authorization: Bearer KEY` on every request but /health.
+    /// Require `Authorization: Bearer KEY` on every request but /health, /health_generate and
+    /// /metrics.
     #[arg(long)]
     pub api_key: Option<String>,
     /// Longest prompt + output accepted (default: the model's max_position_embeddings).
@@ -242,6 +243,10 @@ pub struct ServeArgs {
     /// How long a `stall` fault holds a stream before closing it.
     #[arg(long, default_value_t = 30.0)]
     pub fail_stall_secs: f64,
+    /// One line on stderr per finished request: id, method, endpoint, HTTP status, prompt and
+    /// completion tokens, duration in ms.
+    #[arg(long)]
+    pub log_requests: bool,
 }
 
 #[derive(Debug, Args)]

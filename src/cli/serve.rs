@@ -198,6 +198,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
         "speculative_num_draft_tokens": spec.map(|s| s.shape.num_draft_tokens),
         "stream_interval": 1,
         "enable_metrics": true,
+        "log_requests": a.log_requests,
         "kbench": {
             "mode": "engine",
             "describe": format!("kbench engine on {device}, {} ({spec_desc})", model_dir.display()),
@@ -231,6 +232,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
         api_key: a.api_key.clone(),
         seed: a.random_seed,
         per_request_spec_metrics: per_request_spec_metrics(a),
+        log_requests: a.log_requests,
     })
 }
 
@@ -343,6 +345,7 @@ fn sim_config(
         "enable_spec_v2": exp.spec.spec_v2,
         "stream_interval": 1,
         "enable_metrics": true,
+        "log_requests": a.log_requests,
         "kbench": {
             "mode": "sim",
             "describe": format!("{describe}; played {speed}x faster than the modelled deployment"),
@@ -390,6 +393,7 @@ fn sim_config(
         api_key: a.api_key.clone(),
         seed: exp.file.seed,
         per_request_spec_metrics: per_request_spec_metrics(a),
+        log_requests: a.log_requests,
     })
 }
 

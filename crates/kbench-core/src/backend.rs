@@ -64,6 +64,11 @@ pub struct RequestRecord {
     /// commit (coalesced chunks): `round_commits` is then empty, and no rounds are invented.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reported_rounds: Option<u32>,
+    /// Drafts those rounds accepted, where the server counts them (vLLM's per-request
+    /// `num_accepted_draft_tokens`): the rounds then committed `reported_rounds` + this,
+    /// whatever undrafted steps added. Without it, every token after the first counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_accepted: Option<u32>,
     /// Why the request failed (refused, reset, timed out, a 4xx/5xx); failed requests are
     /// counted, not measured.
     #[serde(skip_serializing_if = "Option::is_none")]

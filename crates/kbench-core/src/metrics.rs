@@ -220,7 +220,10 @@ impl LevelAccumulator {
         }
         match (r.round_commits.is_empty(), r.reported_rounds) {
             (true, Some(n)) => {
-                self.committed += r.output_tokens().saturating_sub(1) as u64;
+                self.committed += match r.reported_accepted {
+                    Some(accepted) => u64::from(n) + u64::from(accepted),
+                    None => r.output_tokens().saturating_sub(1) as u64,
+                };
                 self.rounds += n as u64;
             }
             _ => {
@@ -349,6 +352,7 @@ mod tests {
             round_commits: rounds.to_vec(),
             undrafted_rounds: 0,
             reported_rounds: None,
+            reported_accepted: None,
             error: None,
         }
     }

@@ -158,6 +158,7 @@ impl<M: SpecModel> EngineSession<M> {
                 round_commits: l.round_commits,
                 undrafted_rounds: 0,
                 reported_rounds: None,
+                reported_accepted: None,
                 error: None,
             })
             .collect())

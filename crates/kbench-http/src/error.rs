@@ -15,6 +15,12 @@ pub enum HttpError {
     Refused { url: String },
     #[error("the server's speculative settings differ from the file's: {0} (set [backend.http] allow_mismatch = true to run anyway)")]
     Mismatch(String),
+    #[error("the server at {url} does not serve the model `{model}`; it serves: {served} (set [backend.http] model to one of them, or leave it out for the first)")]
+    UnknownModel {
+        url: String,
+        model: String,
+        served: String,
+    },
     #[error("{what} from {url}: {message}")]
     Server {
         what: String,

@@ -53,7 +53,10 @@ pub struct Metrics {
 #[derive(Debug, Default, Deserialize)]
 pub struct SpecDecoding {
     pub num_spec_steps: Option<u64>,
+    pub num_accepted_draft_tokens: Option<u64>,
+    pub num_draft_tokens: Option<u64>,
     pub per_step_accepted: Option<Vec<u32>>,
+    pub per_step_drafted: Option<Vec<u32>>,
 }
 
 impl Event {

@@ -50,9 +50,13 @@ pub struct HttpBackend {
     seed: u64,
     vocab: usize,
     temperature: f64,
-    speculative: bool,
-    /// What `/get_server_info` said, once checked (first level).
+    /// The most drafts one round proposes (the bound on what it accepts); None without
+    /// speculation.
+    max_drafts: Option<u32>,
+    /// What the server said it is, once checked (first level).
     server: Option<server::ServerFacts>,
+    /// The file's API, or the server's own once it is known.
+    api: Api,
     model: Option<String>,
     expected: server::Expected,
     /// The server this backend started, stopped when the backend is dropped.
@@ -87,8 +91,12 @@ impl HttpBackend {
             seed: exp.file.seed,
             vocab: exp.model.vocab_size as usize,
             temperature: exp.file.workload.temperature.unwrap_or(0.0),
-            speculative: exp.spec.is_speculative(),
+            max_drafts: exp
+                .spec
+                .is_speculative()
+                .then_some(exp.spec.shape.num_steps),
             server: None,
+            api: settings.api.unwrap_or(Api::Sglang),
             model: settings.model.clone(),
             expected: server::Expected::of(exp),
             launched,
@@ -174,17 +182,24 @@ impl HttpBackend {
             if !self.settings.allow_mismatch {
                 self.expected.check(&facts).map_err(Self::fail)?;
             }
-            if self.settings.api.names_model() && self.model.is_none() {
-                self.model = self
-                    .runtime
-                    .block_on(server::first_model(&client))
-                    .map_err(Self::fail)?;
+            self.api = self.settings.api.unwrap_or_else(|| facts.default_api());
+            if self.api.names_model() {
+                self.model = server::choose_model(
+                    &facts,
+                    self.settings.model.as_deref(),
+                    &client.target.url,
+                )
+                .map_err(Self::fail)?;
             }
             self.server = Some(facts);
         }
         if self.settings.flush_cache {
+            let engine = self
+                .server
+                .as_ref()
+                .map_or(server::Engine::Unknown, |f| f.engine);
             self.runtime
-                .block_on(server::flush_cache(&client))
+                .block_on(server::flush_cache(&client, engine))
                 .map_err(Self::fail)?;
         }
         Ok(())
@@ -236,14 +251,19 @@ impl Backend for HttpBackend {
             Some(l) => format!("; launched `{}` (log {})", l.line, l.log.display()),
             None => String::new(),
         };
-        let text = if self.settings.api == Api::OpenAiChat {
+        let text = if self.api == Api::OpenAiChat {
             "; prompts sent as text (one `w<id>` word per prompt token, in the server's chat template): input lengths are the server's usage.prompt_tokens"
         } else {
             ""
         };
+        let detected = if self.settings.api.is_none() && self.server.is_some() {
+            " (the server's own; [backend.http] api names another)"
+        } else {
+            ""
+        };
         format!(
-            "http: {} at {}{server}; wall-clock times from this client{text}{launched}",
-            self.settings.api.name(),
+            "http: {}{detected} at {}{server}; wall-clock times from this client{text}{launched}",
+            self.api.name(),
             self.client.target.url
         )
     }
@@ -423,9 +443,9 @@ impl Session for HttpSession<'_> {
         };
         let (client, api, model, spec, start, tx) = (
             b.client.clone(),
-            b.settings.api,
+            b.api,
             b.model.clone(),
-            b.speculative,
+            b.max_drafts,
             self.start,
             self.tx.clone(),
         );
@@ -464,7 +484,7 @@ impl Session for HttpSession<'_> {
     }
 
     fn measured_started(&mut self) {
-        if self.b.speculative {
+        if self.b.max_drafts.is_some() {
             self.counters_before = self.read_counters();
         }
     }

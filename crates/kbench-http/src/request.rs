@@ -67,11 +67,18 @@ fn transport(message: String) -> Failure {
 /// What the server said of a request's verify rounds.
 #[derive(Default)]
 struct Rounds {
-    /// SGLang's `spec_verify_ct`, vLLM's `num_spec_steps`.
+    /// SGLang's `spec_verify_ct`, vLLM's `num_spec_steps` (steps that verified drafts:
+    /// an n-gram step that found no match is not one).
     count: Option<u32>,
     /// vLLM's `per_step_accepted` (`--per-request-spec-decode-metrics detailed`): each
     /// round's accepted drafts, so its commit is that plus the bonus token.
     accepted: Option<Vec<u32>>,
+    /// vLLM's `per_step_drafted`, beside it: each round's proposed drafts.
+    drafted: Option<Vec<u32>>,
+    /// vLLM's `num_accepted_draft_tokens` and `num_draft_tokens` (`summary` and
+    /// `detailed`): what the rounds accepted and proposed in all.
+    accepted_total: Option<u64>,
+    drafted_total: Option<u64>,
 }
 
 /// Error text is kept and printed at most this long: a server's message can be megabytes.
@@ -96,23 +103,71 @@ pub fn sanitized(text: &str) -> String {
 }
 
 /// The server's round counts, checked against what the request could hold: every round
-/// commits at least one of its `tokens` (the accepted drafts plus the bonus). A count past
-/// that fails the request, and none of its counts is used.
-fn within_bounds(rounds: Rounds, tokens: usize) -> Result<Rounds, Failure> {
+/// commits at least one of its `tokens` (the accepted drafts plus the bonus), and accepts
+/// at most what it proposed, at most `max_drafts`. A count past that fails the request,
+/// and none of its counts is used: an accept length above its bound cannot be reported.
+fn within_bounds(rounds: Rounds, tokens: usize, max_drafts: u32) -> Result<Rounds, Failure> {
     let tokens = tokens as u64;
+    let max_drafts = u64::from(max_drafts);
+    let fail = |what: String| Err(Failure::from(what));
     if let Some(n) = rounds.count.filter(|&n| u64::from(n) > tokens) {
-        return Err(format!(
+        return fail(format!(
             "the server claims {n} verify rounds for a request of {tokens} tokens (each round commits at least one)"
-        )
-        .into());
+        ));
     }
     if let Some(accepted) = &rounds.accepted {
         let committed: u64 = accepted.iter().map(|&a| u64::from(a) + 1).sum();
         if committed > tokens {
-            return Err(format!(
+            return fail(format!(
                 "the server's per-step accepted drafts commit {committed} tokens, more than the request's {tokens}"
-            )
-            .into());
+            ));
+        }
+        if let Some((i, a)) = accepted
+            .iter()
+            .enumerate()
+            .find(|(_, &a)| u64::from(a) > max_drafts)
+        {
+            return fail(format!(
+                "the server says round {i} accepted {a} drafts, more than the {max_drafts} a round proposes"
+            ));
+        }
+        if let Some(drafted) = &rounds.drafted {
+            if drafted.len() != accepted.len() {
+                return fail(format!(
+                    "the server lists {} per-step drafted counts for {} per-step accepted counts",
+                    drafted.len(),
+                    accepted.len()
+                ));
+            }
+            if let Some((i, (a, d))) = accepted
+                .iter()
+                .zip(drafted)
+                .enumerate()
+                .find(|(_, (&a, &d))| a > d || u64::from(d) > max_drafts)
+            {
+                return fail(format!(
+                    "the server says round {i} accepted {a} of {d} drafts (at most {max_drafts} are proposed)"
+                ));
+            }
+        }
+    }
+    if let (Some(n), Some(accepted)) = (rounds.count, rounds.accepted_total) {
+        let n = u64::from(n);
+        let drafted = rounds.drafted_total.unwrap_or(n * max_drafts);
+        if accepted > drafted || drafted > n * max_drafts || n + accepted > tokens {
+            return fail(format!(
+                "the server says {n} rounds accepted {accepted} of {drafted} drafts in a request of {tokens} tokens (at most {max_drafts} drafts a round)"
+            ));
+        }
+    }
+    // a count alone: SGLang's accept length is the tokens over it
+    if let (Some(n), None, None) = (rounds.count, &rounds.accepted, rounds.accepted_total) {
+        let n = u64::from(n);
+        if n > 0 && tokens.saturating_sub(1) > n * (max_drafts + 1) {
+            return fail(format!(
+                "the server claims {n} verify rounds for {tokens} tokens: more than the {} a round can commit",
+                max_drafts + 1
+            ));
         }
     }
     Ok(rounds)
@@ -130,8 +185,13 @@ fn vllm_rounds(v: &Event, rounds: &mut Rounds) {
     if let Some(n) = spec.num_spec_steps {
         rounds.count = Some(u32::try_from(n).unwrap_or(u32::MAX));
     }
+    rounds.accepted_total = spec.num_accepted_draft_tokens;
+    rounds.drafted_total = spec.num_draft_tokens;
     if let Some(steps) = &spec.per_step_accepted {
         rounds.accepted = Some(steps.clone());
+    }
+    if let Some(steps) = &spec.per_step_drafted {
+        rounds.drafted = Some(steps.clone());
     }
 }
 
@@ -185,7 +245,8 @@ pub async fn run(
     client: &Client,
     api: Api,
     model: Option<&str>,
-    speculative: bool,
+    // the most drafts a round proposes; None without speculation
+    max_drafts: Option<u32>,
     s: Sent,
     start: Instant,
     limit: Duration,
@@ -202,6 +263,7 @@ pub async fn run(
         round_commits: Vec::new(),
         undrafted_rounds: 0,
         reported_rounds: None,
+        reported_accepted: None,
         error: None,
     };
     let mut chunks = Vec::new();
@@ -225,13 +287,17 @@ pub async fn run(
         Ok(r) => r,
     };
     let mut transport_failed = false;
-    let verify = verify.and_then(|rounds| within_bounds(rounds, record.token_times_ns.len()));
+    let tokens = record.token_times_ns.len();
+    let verify = verify.and_then(|rounds| match max_drafts {
+        Some(k) => within_bounds(rounds, tokens, k),
+        None => Ok(rounds),
+    });
     match verify {
         Err(e) => {
             record.error = Some(sanitized(&e.message));
             transport_failed = e.transport;
         }
-        Ok(rounds) if speculative => {
+        Ok(rounds) if max_drafts.is_some() => {
             let deltas: Vec<u32> = chunks.iter().map(|c| c.tokens).collect();
             // one chunk per round after prefill's: the deltas are the rounds
             let one_per_round =
@@ -245,8 +311,23 @@ pub async fn run(
                 (Some(accepted), _) => {
                     record.round_commits = accepted.iter().map(|a| a + 1).collect();
                 }
-                (None, Some(n)) if one_per_round(n) => {
+                // a chunk per round, where the server's totals (if any) agree: an n-gram
+                // step without a draft commits a token but is no round, so chunks that
+                // add up to more than the rounds committed are not the rounds
+                (None, Some(n))
+                    if one_per_round(n)
+                        && rounds.accepted_total.is_none_or(|a| {
+                            deltas[1..].iter().map(|&d| u64::from(d)).sum::<u64>()
+                                == u64::from(n) + a
+                        }) =>
+                {
                     record.round_commits = deltas[1..].to_vec();
+                }
+                (None, Some(n)) if rounds.accepted_total.is_some() => {
+                    record.reported_rounds = Some(n);
+                    record.reported_accepted = rounds
+                        .accepted_total
+                        .map(|a| u32::try_from(a).unwrap_or(u32::MAX));
                 }
                 (None, Some(n)) => record.reported_rounds = Some(n),
                 (None, None) => {}
@@ -425,6 +506,10 @@ mod tests {
     /// One request against a server that answers with `response` (status line onwards)
     /// and closes: what the client made of it.
     fn against(response: Vec<u8>, speculative: bool) -> Outcome {
+        against_api(response, Api::Sglang, speculative.then_some(3))
+    }
+
+    fn against_api(response: Vec<u8>, api: Api, max_drafts: Option<u32>) -> Outcome {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -445,9 +530,9 @@ mod tests {
             let client = Client::new(target, None);
             let outcome = run(
                 &client,
-                Api::Sglang,
+                api,
                 None,
-                speculative,
+                max_drafts,
                 sent(true),
                 Instant::now(),
                 Duration::from_secs(10),
@@ -508,8 +593,9 @@ mod tests {
         let wrapped = Rounds {
             count: Some(1),
             accepted: Some(vec![u32::MAX]),
+            ..Rounds::default()
         };
-        let e = within_bounds(wrapped, 10).err().unwrap().message;
+        let e = within_bounds(wrapped, 10, 3).err().unwrap().message;
         assert!(
             e.contains("commit 4294967296 tokens, more than the request's 10"),
             "{e}"
@@ -517,8 +603,99 @@ mod tests {
         let fine = Rounds {
             count: Some(3),
             accepted: Some(vec![2, 0, 3]),
+            ..Rounds::default()
         };
-        assert!(within_bounds(fine, 10).is_ok());
+        assert!(within_bounds(fine, 10, 3).is_ok());
+    }
+
+    /// vLLM's OpenAI stream: a token per content chunk with continuous usage, then the
+    /// usage-only chunk that carries `metrics.speculative_decoding` (the shape of
+    /// vllm/v1/metrics/stats.py RequestSpecDecodeMetrics.to_dict in 0.32).
+    fn vllm_stream(tokens: u32, spec: &str) -> Vec<u8> {
+        let mut events: Vec<String> = (1..=tokens)
+            .map(|n| {
+                let finish = if n == tokens { r#""length""# } else { "null" };
+                format!(
+                    r#"{{"choices": [{{"index": 0, "text": " w1", "finish_reason": {finish}}}], "usage": {{"prompt_tokens": 32, "completion_tokens": {n}}}}}"#
+                )
+            })
+            .collect();
+        events.push(format!(
+            r#"{{"choices": [], "usage": {{"prompt_tokens": 32, "completion_tokens": {tokens}}}, "metrics": {{"speculative_decoding": {spec}}}}}"#
+        ));
+        let refs: Vec<&str> = events.iter().map(String::as_str).collect();
+        stream_of(&refs)
+    }
+
+    fn level_accept_length(r: &RequestRecord) -> f64 {
+        let mut m = kbench_core::metrics::LevelAccumulator::default();
+        m.add(r);
+        m.finish(1).accept_length.unwrap()
+    }
+
+    #[test]
+    fn vllms_summary_metrics_give_the_accept_length_of_the_drafted_steps_only() {
+        // 30 tokens: 1 from prefill, 8 drafted steps accepting 10 drafts (18 tokens), and
+        // 11 n-gram steps that found nothing (1 token each). Decode tokens over rounds
+        // said 29 / 8 = 3.6; vLLM's own counters say 1 + 10 / 8 = 2.25.
+        let spec = r#"{"mean_acceptance_length": 2.25, "draft_acceptance_rate": 0.4167, "acceptance_histogram": [2, 3, 2, 1], "num_spec_steps": 8, "num_accepted_draft_tokens": 10, "num_draft_tokens": 24, "num_spec_tokens": 3}"#;
+        let o = against_api(vllm_stream(30, spec), Api::OpenAiCompletions, Some(3));
+        assert_eq!(o.record.error, None);
+        assert_eq!(o.record.reported_rounds, Some(8));
+        assert_eq!(o.record.reported_accepted, Some(10));
+        assert_eq!(level_accept_length(&o.record), 2.25);
+    }
+
+    #[test]
+    fn vllms_detailed_metrics_are_each_rounds_commit_and_bounded_by_its_drafts() {
+        let spec = r#"{"mean_acceptance_length": 2.25, "draft_acceptance_rate": 0.5, "acceptance_histogram": [1, 1, 1, 1], "num_spec_steps": 4, "num_accepted_draft_tokens": 6, "num_draft_tokens": 12, "num_spec_tokens": 3, "per_step_accepted": [0, 3, 1, 2], "per_step_drafted": [3, 3, 3, 3]}"#;
+        let o = against_api(vllm_stream(20, spec), Api::OpenAiCompletions, Some(3));
+        assert_eq!(o.record.error, None);
+        assert_eq!(o.record.round_commits, vec![1, 4, 2, 3]);
+        assert_eq!(level_accept_length(&o.record), 2.5);
+        // a round that accepts more than it proposed, or than a round proposes
+        for (accepted, drafted, why) in [
+            (
+                "[0, 3, 1, 2]",
+                "[3, 2, 3, 3]",
+                "round 1 accepted 3 of 2 drafts",
+            ),
+            (
+                "[0, 4, 1, 2]",
+                "[3, 4, 3, 3]",
+                "round 1 accepted 4 drafts, more than the 3",
+            ),
+        ] {
+            let spec = format!(
+                r#"{{"num_spec_steps": 4, "num_accepted_draft_tokens": 7, "num_draft_tokens": 13, "per_step_accepted": {accepted}, "per_step_drafted": {drafted}}}"#
+            );
+            let o = against_api(vllm_stream(20, &spec), Api::OpenAiCompletions, Some(3));
+            let e = o.record.error.unwrap_or_default();
+            assert!(e.contains(why), "{e}");
+            assert!(o.record.round_commits.is_empty());
+        }
+    }
+
+    #[test]
+    fn an_accept_length_above_its_bound_cannot_be_reported() {
+        // summary counts past K drafts a round
+        let spec =
+            r#"{"num_spec_steps": 2, "num_accepted_draft_tokens": 9, "num_draft_tokens": 9}"#;
+        let e = against_api(vllm_stream(20, spec), Api::OpenAiCompletions, Some(3))
+            .record
+            .error
+            .unwrap_or_default();
+        assert!(e.contains("2 rounds accepted 9 of 9 drafts"), "{e}");
+        // SGLang's count alone: 30 tokens in 3 rounds of a 3-step chain is 10 a round
+        let o = against(
+            stream_of(&[
+                r#"{"meta_info": {"completion_tokens": 1}}"#,
+                r#"{"meta_info": {"completion_tokens": 30, "spec_verify_ct": 3, "finish_reason": {"type": "length"}}}"#,
+            ]),
+            true,
+        );
+        let e = o.record.error.unwrap_or_default();
+        assert!(e.contains("more than the 4 a round can commit"), "{e}");
     }
 
     #[test]

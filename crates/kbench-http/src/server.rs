@@ -1,6 +1,7 @@
 //! The server's lifecycle around each level: wait for `/health`, read what it says it runs
-//! (`/get_server_info`, or `/server_info` on newer SGLang), refuse one whose speculative
-//! settings differ from the file's, `/flush_cache` between levels.
+//! (SGLang's `/get_server_info` or `/server_info`; vLLM's `/version`, `/metrics` and
+//! `/v1/models`), refuse one whose speculative settings or model differ from the file's,
+//! `/flush_cache` between levels.
 
 use std::time::{Duration, Instant};
 
@@ -8,6 +9,7 @@ use kbench_core::spec::Experiment;
 
 use crate::client::Client;
 use crate::error::HttpError;
+use crate::settings::Api;
 
 const SHORT: Duration = Duration::from_secs(10);
 
@@ -32,28 +34,69 @@ pub async fn wait_healthy(client: &Client, limit: Duration) -> Result<(), HttpEr
     }
 }
 
+/// Which serving engine answered, by the endpoints only it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// `/get_server_info` or `/server_info` (SGLang, and `kbench serve`, which mimics it).
+    Sglang,
+    /// `/version` (`{"version": ...}`) and no SGLang server info.
+    Vllm,
+    /// Neither: some other OpenAI-compatible server.
+    Unknown,
+}
+
 /// The speculative settings and version a server reports.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerFacts {
+    pub engine: Engine,
     pub version: Option<String>,
-    /// None when the server does not say (not SGLang, or no `/get_server_info`).
+    /// vLLM's speculative method, where the server says it (development mode).
+    pub method: Option<String>,
+    /// None when the server does not say; Some(None) when it says it runs no speculation.
+    /// A chain of K draft tokens is (K, 1, K + 1), SGLang's way of writing it.
     pub speculative: Option<Option<(u64, u64, u64)>>,
+    /// What `/v1/models` lists (empty where it does not answer).
+    pub models: Vec<String>,
 }
 
 impl ServerFacts {
     pub fn describe(&self) -> String {
-        let version = self.version.as_deref().unwrap_or("version not reported");
-        match self.speculative {
-            Some(Some((s, k, d))) => format!("server {version}, EAGLE ({s}, {k}, {d})"),
-            Some(None) => format!("server {version}, no speculation"),
-            None => format!("server {version}, speculative settings not reported"),
+        let version = match (&self.version, self.engine) {
+            (Some(v), Engine::Vllm) => format!("vLLM {v}"),
+            (Some(v), _) => v.clone(),
+            (None, _) => "version not reported".into(),
+        };
+        match (self.speculative, self.engine) {
+            (Some(Some((s, _, _))), Engine::Vllm) => match &self.method {
+                Some(m) => format!("server {version}, {m} with num_speculative_tokens {s}"),
+                None => format!("server {version}, speculation with num_speculative_tokens {s}"),
+            },
+            (Some(Some((s, k, d))), _) => format!("server {version}, EAGLE ({s}, {k}, {d})"),
+            (Some(None), _) => format!("server {version}, no speculation"),
+            (None, _) => format!("server {version}, speculative settings not reported"),
+        }
+    }
+
+    /// The API a file that names none goes through: SGLang's own where the server is
+    /// SGLang, OpenAI completions (token ids in, exact lengths) elsewhere.
+    pub fn default_api(&self) -> Api {
+        match self.engine {
+            Engine::Sglang => Api::Sglang,
+            Engine::Vllm | Engine::Unknown => Api::OpenAiCompletions,
         }
     }
 }
 
+/// What the server says it is: SGLang's server info first (its speculative settings are
+/// there), then vLLM's `/version`, whose speculative settings only `/metrics` shows.
 pub async fn facts(client: &Client) -> Result<ServerFacts, HttpError> {
+    let models = served_models(client).await.unwrap_or_default();
     for path in ["/get_server_info", "/server_info"] {
         if let Ok((200, v)) = client.json("GET", path, None, SHORT).await {
+            // vLLM's development mode has a `/server_info` of its own
+            if !v.is_object() || v.get("vllm_config").is_some() {
+                continue;
+            }
             let spec = v["speculative_algorithm"].as_str().map(|_| {
                 (
                     v["speculative_num_steps"].as_u64().unwrap_or(0),
@@ -62,58 +105,139 @@ pub async fn facts(client: &Client) -> Result<ServerFacts, HttpError> {
                 )
             });
             return Ok(ServerFacts {
+                engine: Engine::Sglang,
                 version: v["version"].as_str().map(str::to_string),
+                method: None,
                 speculative: Some(spec),
+                models,
+            });
+        }
+    }
+    if let Ok((200, v)) = client.json("GET", "/version", None, SHORT).await {
+        if let Some(version) = v["version"].as_str() {
+            let (method, speculative) = match vllm_config_speculative(client).await {
+                Some((method, spec)) => (method, Some(spec)),
+                None => (None, vllm_speculative(client).await),
+            };
+            return Ok(ServerFacts {
+                engine: Engine::Vllm,
+                version: Some(version.to_string()),
+                method,
+                speculative,
+                models,
             });
         }
     }
     Ok(ServerFacts {
+        engine: Engine::Unknown,
         version: None,
+        method: None,
         speculative: None,
+        models,
     })
 }
 
-/// The first model `/v1/models` lists.
-pub async fn first_model(client: &Client) -> Result<Option<String>, HttpError> {
+/// vLLM's own config, where its development mode (`VLLM_SERVER_DEV_MODE=1`) serves it:
+/// `/server_info?config_format=json` has `vllm_config.speculative_config` with the method
+/// and `num_speculative_tokens` (vllm/entrypoints/serve/dev/server_info/api_router.py).
+async fn vllm_config_speculative(
+    client: &Client,
+) -> Option<(Option<String>, Option<(u64, u64, u64)>)> {
+    let (status, v) = client
+        .json("GET", "/server_info?config_format=json", None, SHORT)
+        .await
+        .ok()?;
+    let config = v.get("vllm_config").filter(|_| status == 200)?;
+    let spec = &config["speculative_config"];
+    if spec.is_null() {
+        return Some((None, None));
+    }
+    let k = spec["num_speculative_tokens"].as_u64()?;
+    Some((
+        spec["method"].as_str().map(str::to_string),
+        Some((k, 1, k + 1)),
+    ))
+}
+
+/// Elsewhere vLLM shows its speculative settings only in `/metrics`: the `spec_decode`
+/// counters exist only when speculation is on (vllm/v1/spec_decode/metrics.py,
+/// SpecDecodingProm), with one per-position series per draft token, created at start.
+/// A server with no `vllm:` series (`--disable-log-stats`) says nothing.
+async fn vllm_speculative(client: &Client) -> Option<Option<(u64, u64, u64)>> {
+    let r = client.send("GET", "/metrics", None, SHORT).await.ok()?;
+    if r.status != 200 {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&r.all(SHORT).await.ok()?).into_owned();
+    speculative_in_metrics(&text)
+}
+
+fn speculative_in_metrics(text: &str) -> Option<Option<(u64, u64, u64)>> {
+    if !text.lines().any(|l| l.starts_with("vllm:")) {
+        return None;
+    }
+    let k = crate::prometheus::read(text).map_or(0, |r| r.per_position.len() as u64);
+    Some((k > 0).then_some((k, 1, k + 1)))
+}
+
+/// Every model id `/v1/models` lists; None where it does not answer with a list.
+pub async fn served_models(client: &Client) -> Option<Vec<String>> {
     match client.json("GET", "/v1/models", None, SHORT).await {
-        Ok((200, v)) => Ok(v["data"][0]["id"].as_str().map(str::to_string)),
-        Ok((status, v)) => Err(HttpError::Server {
-            what: "/v1/models".into(),
-            url: client.target.url.clone(),
-            message: format!("HTTP {status}: {v}"),
-        }),
-        Err(message) => Err(HttpError::Server {
-            what: "/v1/models".into(),
-            url: client.target.url.clone(),
-            message,
+        Ok((200, v)) => Some(
+            v["data"]
+                .as_array()?
+                .iter()
+                .filter_map(|m| m["id"].as_str().map(str::to_string))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// The model OpenAI requests name: the file's, when the server serves it, else the
+/// server's first. A name the server does not list is refused before anything is sent.
+pub fn choose_model(
+    facts: &ServerFacts,
+    named: Option<&str>,
+    url: &str,
+) -> Result<Option<String>, HttpError> {
+    match named {
+        None => Ok(facts.models.first().cloned()),
+        // a server that lists nothing cannot be checked
+        Some(m) if facts.models.is_empty() || facts.models.iter().any(|s| s == m) => {
+            Ok(Some(m.to_string()))
+        }
+        Some(m) => Err(HttpError::UnknownModel {
+            url: url.to_string(),
+            model: m.to_string(),
+            served: facts.models.join(", "),
         }),
     }
 }
 
-/// `/flush_cache` where the server has it (404 and 405 mean it does not).
-pub async fn flush_cache(client: &Client) -> Result<(), HttpError> {
+/// Empties the server's caches where it can: SGLang's `/flush_cache`, vLLM's
+/// `/reset_prefix_cache` (development mode only in 0.32,
+/// vllm/entrypoints/serve/dev/cache/api_router.py); 404 and 405 mean the server has none.
+pub async fn flush_cache(client: &Client, engine: Engine) -> Result<(), HttpError> {
+    let path = match engine {
+        Engine::Vllm => "/reset_prefix_cache",
+        Engine::Sglang | Engine::Unknown => "/flush_cache",
+    };
     let deadline = Instant::now() + SHORT;
+    let failed = |message: String| HttpError::Server {
+        what: path.into(),
+        url: client.target.url.clone(),
+        message,
+    };
     loop {
-        match client.json("POST", "/flush_cache", None, SHORT).await {
+        match client.json("POST", path, None, SHORT).await {
             Ok((200, _)) | Ok((404, _)) | Ok((405, _)) => return Ok(()),
             // still finishing the previous level's requests
             Ok((400, _)) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Ok((status, v)) => {
-                return Err(HttpError::Server {
-                    what: "/flush_cache".into(),
-                    url: client.target.url.clone(),
-                    message: format!("HTTP {status}: {v}"),
-                })
-            }
-            Err(message) => {
-                return Err(HttpError::Server {
-                    what: "/flush_cache".into(),
-                    url: client.target.url.clone(),
-                    message,
-                })
-            }
+            Ok((status, v)) => return Err(failed(format!("HTTP {status}: {v}"))),
+            Err(message) => return Err(failed(message)),
         }
     }
 }
@@ -142,11 +266,12 @@ impl Expected {
             return Ok(());
         };
         let show = |s: Option<(u64, u64, u64)>| {
-            match s {
-            Some((a, b, c)) => format!(
+            match (s, facts.engine) {
+            (Some((k, _, _)), Engine::Vllm) => format!("num_speculative_tokens {k}"),
+            (Some((a, b, c)), _) => format!(
                 "--speculative-num-steps {a} --speculative-eagle-topk {b} --speculative-num-draft-tokens {c}"
             ),
-            None => "no speculation".into(),
+            (None, _) => "no speculation".into(),
         }
         };
         if server != self.speculative {
@@ -157,5 +282,85 @@ impl Expected {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vllm(models: &[&str]) -> ServerFacts {
+        ServerFacts {
+            engine: Engine::Vllm,
+            version: Some("0.32.0".into()),
+            method: None,
+            speculative: Some(None),
+            models: models.iter().map(|m| m.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_model_the_server_does_not_list_is_refused_with_the_ones_it_does() {
+        let f = vllm(&["/models/tiny", "tiny"]);
+        assert_eq!(
+            choose_model(&f, None, "u").unwrap().as_deref(),
+            Some("/models/tiny")
+        );
+        assert_eq!(
+            choose_model(&f, Some("tiny"), "u").unwrap().as_deref(),
+            Some("tiny")
+        );
+        let e = choose_model(&f, Some("nope"), "http://h:1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("does not serve the model `nope`; it serves: /models/tiny, tiny"),
+            "{e}"
+        );
+        // nothing listed: nothing to check against
+        assert!(choose_model(&vllm(&[]), Some("nope"), "u").is_ok());
+    }
+
+    #[test]
+    fn vllms_speculation_is_read_from_its_per_position_counters() {
+        let on = "vllm:num_requests_running{engine=\"0\"} 0.0\n\
+vllm:spec_decode_num_drafts_total{engine=\"0\"} 0.0\n\
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"0\"} 0.0\n\
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"1\"} 0.0\n\
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"2\"} 0.0\n";
+        assert_eq!(speculative_in_metrics(on), Some(Some((3, 1, 4))));
+        assert_eq!(
+            speculative_in_metrics("vllm:num_requests_running{engine=\"0\"} 0.0\n"),
+            Some(None)
+        );
+        // --disable-log-stats: no vllm: series, so nothing is known
+        assert_eq!(speculative_in_metrics("# nothing\n"), None);
+    }
+
+    #[test]
+    fn a_mismatch_is_told_in_the_servers_own_terms() {
+        let mut f = vllm(&[]);
+        f.speculative = Some(Some((3, 1, 4)));
+        let e = Expected { speculative: None }
+            .check(&f)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "the file asks for no speculation, the server runs num_speculative_tokens 3"
+            ),
+            "{e}"
+        );
+        f.engine = Engine::Sglang;
+        let e = Expected {
+            speculative: Some((2, 1, 3)),
+        }
+        .check(&f)
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("the server runs --speculative-num-steps 3"),
+            "{e}"
+        );
     }
 }

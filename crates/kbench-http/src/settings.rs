@@ -7,11 +7,10 @@ use kbench_core::spec::Experiment;
 use crate::error::HttpError;
 
 /// Which of the server's APIs the requests go through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum Api {
     /// SGLang's `/generate` with `input_ids`: `meta_info` gives cumulative token counts and,
     /// in the finished chunk, the speculative statistics.
-    #[default]
     #[serde(rename = "sglang")]
     Sglang,
     /// `/v1/completions` with the prompt as token ids and `stream_options`
@@ -57,8 +56,9 @@ fn default_true() -> bool {
 pub struct HttpSettings {
     /// `http://HOST:PORT` of a running server.
     pub url: Option<String>,
-    #[serde(default)]
-    pub api: Api,
+    /// Which API; none: the server's own (SGLang's `/generate` on SGLang, OpenAI
+    /// completions on vLLM and other servers), detected before the first level.
+    pub api: Option<Api>,
     /// The `model` OpenAI requests name (default: the first of the server's `/v1/models`).
     pub model: Option<String>,
     /// The name of an environment variable holding a bearer token (the token itself never

@@ -8,6 +8,7 @@ use std::time::Instant;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::error::ApiError;
+use crate::reqlog::RequestLog;
 use crate::state::{AppState, InFlight};
 use crate::stats::Finished;
 use crate::worker::{Event, Finish, Job, JobParams};
@@ -96,6 +97,9 @@ pub struct Generation {
     rx: UnboundedReceiver<Event>,
     _slot: InFlight,
     pub prompt_tokens: usize,
+    /// Prompt tokens served from a prefix cache (`cached_tokens` in SGLang's `meta_info`,
+    /// OpenAI's `usage.prompt_tokens_details`).
+    pub cached_tokens: usize,
     pub output_ids: Vec<u32>,
     /// Text of `output_ids` the client has been sent.
     pub text: String,
@@ -107,6 +111,8 @@ pub struct Generation {
     pub started: Instant,
     /// Chunks the worker has sent (prefill's included).
     pub chunks: u64,
+    /// `--log-requests`: where the token counts go as they change.
+    log: Option<Arc<RequestLog>>,
 }
 
 impl Generation {
@@ -191,6 +197,10 @@ impl Generation {
             rx,
             _slot: slot,
             prompt_tokens: req.prompt.len(),
+            // Neither worker reuses KV across requests: the engine's batcher gives each
+            // request fresh caches, and the simulator's prefix cache only serves a
+            // request's `shared_prefix_len`, which a served request never has (sim.rs).
+            cached_tokens: 0,
             output_ids: Vec::new(),
             text: String::new(),
             decoded_ids: 0,
@@ -200,7 +210,17 @@ impl Generation {
             finish: None,
             started: Instant::now(),
             chunks: 0,
+            log: None,
         })
+    }
+
+    /// Reports this generation's token counts to its request's log line.
+    pub fn logged(mut self, log: Option<Arc<RequestLog>>) -> Generation {
+        if let Some(l) = &log {
+            l.set_tokens(self.prompt_tokens, self.output_ids.len());
+        }
+        self.log = log;
+        self
     }
 
     pub fn done(&self) -> bool {
@@ -244,6 +264,9 @@ impl Generation {
             s.per_step_drafted.push(r.proposed);
         }
         self.output_ids.extend_from_slice(&commit.tokens);
+        if let Some(l) = &self.log {
+            l.set_tokens(self.prompt_tokens, self.output_ids.len());
+        }
         let mut finish = commit.finish.map(|f| match f {
             Finish::Length => FinishReason::Length(self.output_ids.len() as u32),
             Finish::StopToken(t) => FinishReason::StopToken(t),

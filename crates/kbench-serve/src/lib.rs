@@ -7,7 +7,8 @@
 //!   [`engine`] and [`sim`] are the two workers, each on its own thread.
 //! - [`gen`]: one request followed from submission to its last chunk.
 //! - [`sglang`], [`openai`]: the endpoints; [`stream`]: SSE and whole answers;
-//!   [`routes`]: the router and the API-key check; [`listen`]: the accept loop.
+//!   [`routes`]: the router and the API-key check; [`listen`]: the accept loop;
+//!   [`reqlog`]: `--log-requests`.
 //! - [`stats`]: counters for `/metrics` and `/get_server_info`; [`faults`]: fault injection.
 
 pub mod body;
@@ -18,6 +19,7 @@ pub mod faults;
 pub mod gen;
 pub mod listen;
 pub mod openai;
+pub mod reqlog;
 pub mod routes;
 pub mod sglang;
 pub mod sim;
@@ -58,6 +60,8 @@ pub struct ServeConfig {
     /// Seeds sampling for requests that give no seed.
     pub seed: u64,
     pub per_request_spec_metrics: Option<state::PerRequestSpecMetrics>,
+    /// `--log-requests`.
+    pub log_requests: bool,
 }
 
 /// A running server.
@@ -97,6 +101,7 @@ pub fn start(cfg: ServeConfig) -> Result<Server, ServeError> {
         cfg.api_key,
         cfg.seed,
         cfg.per_request_spec_metrics,
+        cfg.log_requests,
     );
     let (stop, stopped) = watch::channel(false);
     let thread = std::thread::Builder::new()

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -14,6 +14,7 @@ use crate::body::{only, read_json, top_k, OneOrMany, Prompt};
 use crate::chat::{self, Message};
 use crate::error::ApiError;
 use crate::gen::{Delta, GenRequest, Generation};
+use crate::reqlog::RequestLog;
 use crate::sglang::fault_for;
 use crate::state::{AppState, PerRequestSpecMetrics};
 use crate::stream::{self, Format};
@@ -70,7 +71,7 @@ impl Common {
         default_max: u32,
     ) -> Result<GenRequest, ApiError> {
         if let Some(m) = &self.model {
-            if *m != state.model.served_name {
+            if *m != state.model.served_name && *m != state.model.model_path {
                 return Err(ApiError {
                     param: Some("model"),
                     ..ApiError::not_found(&format!("The model `{m}`"))
@@ -137,21 +138,34 @@ fn created() -> u64 {
         .unwrap_or(0)
 }
 
-pub async fn completions(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    match start(&state, body, false).await {
+pub async fn completions(
+    State(state): State<Arc<AppState>>,
+    log: Option<Extension<Arc<RequestLog>>>,
+    body: Body,
+) -> Response {
+    match start(&state, log.map(|Extension(l)| l), body, false).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-pub async fn chat_completions(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    match start(&state, body, true).await {
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    log: Option<Extension<Arc<RequestLog>>>,
+    body: Body,
+) -> Response {
+    match start(&state, log.map(|Extension(l)| l), body, true).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn start(state: &Arc<AppState>, body: Body, chat: bool) -> Result<Response, ApiError> {
+async fn start(
+    state: &Arc<AppState>,
+    log: Option<Arc<RequestLog>>,
+    body: Body,
+    chat: bool,
+) -> Result<Response, ApiError> {
     // The endpoint's own fields come off first; the rest must all be known sampling fields.
     let mut fields: serde_json::Map<String, Value> = read_json(state, body).await?;
     let (prompt, default_max) = if chat {
@@ -170,11 +184,15 @@ async fn start(state: &Arc<AppState>, body: Body, chat: bool) -> Result<Response
         .map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))?;
     let req = common.request(state, prompt, default_max)?;
     let id = state.next_id();
+    let response_id = format!("{}-{id:016x}", if chat { "chatcmpl" } else { "cmpl" });
+    if let Some(l) = &log {
+        l.set_id(&response_id);
+    }
     let fault = fault_for(state, id)?;
-    let gen = Generation::start(state, req, id)?;
+    let gen = Generation::start(state, req, id)?.logged(log);
     let opts = common.stream_options.unwrap_or_default();
     let format = OpenAiFormat {
-        id: format!("{}-{id:016x}", if chat { "chatcmpl" } else { "cmpl" }),
+        id: response_id,
         chat,
         model: state.model.served_name.clone(),
         created: created(),
@@ -228,6 +246,7 @@ fn usage(gen: &Generation) -> Value {
         "prompt_tokens": gen.prompt_tokens,
         "completion_tokens": gen.completion_tokens(),
         "total_tokens": gen.prompt_tokens + gen.completion_tokens(),
+        "prompt_tokens_details": {"cached_tokens": gen.cached_tokens},
     })
 }
 

@@ -1,5 +1,5 @@
-//! The router: every endpoint, the API-key check, and OpenAI-shaped answers for unknown
-//! paths and methods.
+//! The router: every endpoint, the API-key check, the request log, and OpenAI-shaped
+//! answers for unknown paths and methods.
 
 use std::sync::Arc;
 
@@ -12,7 +12,12 @@ use axum::Router;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::{openai, sglang};
+use crate::{openai, reqlog, sglang};
+
+/// Open without the API key, as SGLang leaves `/health*` and `/metrics` open: load
+/// balancers' probes and Prometheus scrapers carry no key. Nothing here generates for a
+/// client or changes the server's state.
+const OPEN_PATHS: [&str; 3] = ["/health", "/health_generate", "/metrics"];
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -30,18 +35,24 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/flush_cache",
             get(sglang::flush_cache).post(sglang::flush_cache),
         )
+        // vLLM's name for it (POST only, as vLLM routes it)
+        .route("/reset_prefix_cache", post(sglang::reset_prefix_cache))
         .route("/metrics", get(sglang::metrics))
         .fallback(|| async { ApiError::not_found("this endpoint").into_response() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed().into_response() })
         .layer(middleware::from_fn_with_state(state.clone(), require_key))
+        // outermost, so a refused key is logged too
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            reqlog::log_requests,
+        ))
         .with_state(state)
 }
 
-/// With `--api-key`, every request but `/health` (load balancers' probe) must carry
-/// `Authorization: Bearer KEY`.
+/// With `--api-key`, every request but [`OPEN_PATHS`] must carry `Authorization: Bearer KEY`.
 async fn require_key(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     if let Some(key) = &state.api_key {
-        if request.uri().path() != "/health" {
+        if !OPEN_PATHS.contains(&request.uri().path()) {
             let given = request
                 .headers()
                 .get(header::AUTHORIZATION)

@@ -1,11 +1,13 @@
 //! SGLang's native endpoints: `/generate` and the server endpoints (`/health`,
-//! `/health_generate`, `/get_model_info`, `/get_server_info`, `/flush_cache`).
+//! `/health_generate`, `/get_model_info`, `/get_server_info`, `/flush_cache`), and vLLM's
+//! `/reset_prefix_cache` beside the flush it aliases.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Extension, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -14,6 +16,7 @@ use serde_json::{json, Map, Value};
 use crate::body::{only, read_json, top_k, OneOrMany, Prompt};
 use crate::error::ApiError;
 use crate::gen::{Delta, GenRequest, Generation};
+use crate::reqlog::RequestLog;
 use crate::state::AppState;
 use crate::stream::{self, Format, StreamFault};
 
@@ -106,14 +109,22 @@ pub fn fault_for(state: &AppState, id: u64) -> Result<Option<StreamFault>, ApiEr
     Ok(StreamFault::of(kind, state.faults.stall))
 }
 
-pub async fn generate(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    match start_generate(&state, body).await {
+pub async fn generate(
+    State(state): State<Arc<AppState>>,
+    log: Option<Extension<Arc<RequestLog>>>,
+    body: Body,
+) -> Response {
+    match start_generate(&state, log.map(|Extension(l)| l), body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn start_generate(state: &Arc<AppState>, body: Body) -> Result<Response, ApiError> {
+async fn start_generate(
+    state: &Arc<AppState>,
+    log: Option<Arc<RequestLog>>,
+    body: Body,
+) -> Result<Response, ApiError> {
     let b: GenerateBody = read_json(state, body).await?;
     only("return_logprob", b.return_logprob, false)?;
     only("top_logprobs_num", b.top_logprobs_num, 0)?;
@@ -151,9 +162,12 @@ async fn start_generate(state: &Arc<AppState>, body: Body) -> Result<Response, A
         .sampling_params
         .into_request(prompt, DEFAULT_MAX_NEW_TOKENS)?;
     let id = state.next_id();
-    let fault = fault_for(state, id)?;
     let rid = b.rid.unwrap_or_else(|| format!("{id:032x}"));
-    let gen = Generation::start(state, req, id)?;
+    if let Some(l) = &log {
+        l.set_id(&rid);
+    }
+    let fault = fault_for(state, id)?;
+    let gen = Generation::start(state, req, id)?.logged(log);
     let format = GenerateFormat {
         rid,
         speculative: state.model.draft_positions > 0,
@@ -183,7 +197,7 @@ impl GenerateFormat {
         );
         meta.insert("prompt_tokens".into(), json!(gen.prompt_tokens));
         meta.insert("completion_tokens".into(), json!(gen.completion_tokens()));
-        meta.insert("cached_tokens".into(), json!(0));
+        meta.insert("cached_tokens".into(), json!(gen.cached_tokens));
         meta.insert("num_retractions".into(), json!(0));
         if gen.done() {
             meta.insert(
@@ -312,7 +326,7 @@ pub async fn get_server_info(State(state): State<Arc<AppState>>) -> Response {
     axum::Json(Value::Object(info)).into_response()
 }
 
-/// 400 while requests run (SGLang's rule); otherwise resets the speculative averages.
+/// 400 while requests run (SGLang's rule); otherwise resets the speculative gauges.
 pub async fn flush_cache(State(state): State<Arc<AppState>>) -> Response {
     if state.in_flight() > 0 {
         return (
@@ -323,6 +337,58 @@ pub async fn flush_cache(State(state): State<Arc<AppState>>) -> Response {
     }
     state.stats.flush();
     (StatusCode::OK, "Cache flushed.").into_response()
+}
+
+/// vLLM's `/reset_prefix_cache`: the same reset as `/flush_cache`, answered as vLLM answers
+/// it, 200 with an empty body. While requests run, vLLM's engine declines the reset and its
+/// API server answers 200 all the same (it does not check); `reset_running_requests=true`
+/// resets anyway (vLLM preempts the running requests; kbench has no cache to take from
+/// them, so they run on untouched).
+pub async fn reset_prefix_cache(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Response {
+    let Ok(Query(pairs)) = query else {
+        return ApiError::bad_request("malformed query string").into_response();
+    };
+    let mut reset_running = false;
+    for (k, v) in &pairs {
+        // FastAPI ignores query parameters an endpoint does not declare
+        let param = match k.as_str() {
+            "reset_running_requests" => "reset_running_requests",
+            // no external (connector-managed) cache here: validated, then nothing to reset
+            "reset_external" => "reset_external",
+            _ => continue,
+        };
+        let Some(b) = query_bool(v) else {
+            return ApiError::bad_request(format!("`{param}` must be a boolean, not `{v}`"))
+                .with_param(param)
+                .into_response();
+        };
+        if param == "reset_running_requests" {
+            reset_running = b;
+        }
+    }
+    let running = state.in_flight();
+    if running > 0 && !reset_running {
+        // vLLM logs the refusal the client is never told of; so does kbench
+        eprintln!(
+            "kbench serve: /reset_prefix_cache not applied: {running} request(s) running \
+             (reset_running_requests=true resets anyway)"
+        );
+        return StatusCode::OK.into_response();
+    }
+    state.stats.flush();
+    StatusCode::OK.into_response()
+}
+
+/// A boolean query parameter as FastAPI (pydantic) reads one.
+fn query_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "t" | "yes" | "y" | "on" => Some(true),
+        "0" | "false" | "f" | "no" | "n" | "off" => Some(false),
+        _ => None,
+    }
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {

@@ -51,6 +51,8 @@ impl Default for Limits {
 pub struct ModelInfo {
     /// `model` in OpenAI responses and `/v1/models` (SGLang's `--served-model-name`).
     pub served_name: String,
+    /// Also accepted as a request's `model`: SGLang and vLLM default the served name to the
+    /// model path, so clients often send the path whatever the server was told to call it.
     pub model_path: String,
     pub tokenizer_path: Option<String>,
     pub context_length: usize,
@@ -77,6 +79,8 @@ pub struct AppState {
     /// The sampling seed of requests that give none.
     pub default_seed: u64,
     pub per_request_spec_metrics: Option<PerRequestSpecMetrics>,
+    /// `--log-requests`: one stderr line per finished request ([`crate::reqlog`]).
+    pub log_requests: bool,
 }
 
 impl AppState {
@@ -91,6 +95,7 @@ impl AppState {
         api_key: Option<String>,
         default_seed: u64,
         per_request_spec_metrics: Option<PerRequestSpecMetrics>,
+        log_requests: bool,
     ) -> Arc<AppState> {
         Arc::new(AppState {
             model,
@@ -106,6 +111,7 @@ impl AppState {
             started: Instant::now(),
             default_seed,
             per_request_spec_metrics,
+            log_requests,
         })
     }
 

@@ -1,6 +1,10 @@
 //! Server-wide counters: `/metrics` (vLLM's speculative counter names, SGLang's gauges) and
 //! `internal_states[0].avg_spec_accept_length` in `/get_server_info`. Every figure is
 //! summed from finished requests' own numbers, so the two views always agree.
+//!
+//! A flush restarts every speculative gauge (SGLang's scheduler zeroes the sums they come
+//! from) but never a `_total` counter: Prometheus counters only go up, and a client
+//! reading them takes the difference of two scrapes.
 
 use std::collections::VecDeque;
 use std::fmt::Write;
@@ -24,20 +28,33 @@ struct Totals {
     accepted_per_pos: Vec<u64>,
 }
 
+/// Since start or the last flush: what the speculative gauges are computed from, so that
+/// one flush restarts all of them together.
+#[derive(Debug, Default, Clone)]
+struct SinceFlush {
+    /// Tokens committed by verify rounds (bonus included) and rounds, as SGLang's scheduler
+    /// counts them for `avg_spec_accept_length`.
+    round_tokens: u64,
+    rounds: u64,
+    accepted: u64,
+    proposed: u64,
+}
+
+impl SinceFlush {
+    fn accept_length(&self) -> f64 {
+        ratio(self.round_tokens, self.rounds)
+    }
+
+    fn accept_rate(&self) -> f64 {
+        ratio(self.accepted, self.proposed)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     totals: Totals,
-    /// Since the last `/flush_cache`: tokens committed by verify rounds (bonus included) and
-    /// rounds, as SGLang's scheduler counts them for `avg_spec_accept_length`.
-    flushed_round_tokens: u64,
-    flushed_rounds: u64,
+    since_flush: SinceFlush,
     recent: VecDeque<(Instant, u64)>,
-}
-
-impl Inner {
-    fn accept_length(&self) -> f64 {
-        ratio(self.flushed_round_tokens, self.flushed_rounds)
-    }
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -76,8 +93,11 @@ impl Stats {
         for (a, b) in t.accepted_per_pos.iter_mut().zip(&f.spec.accepted_per_pos) {
             *a += b;
         }
-        g.flushed_round_tokens += f.spec.round_tokens;
-        g.flushed_rounds += f.spec.verify_ct;
+        let sf = &mut g.since_flush;
+        sf.round_tokens += f.spec.round_tokens;
+        sf.rounds += f.spec.verify_ct;
+        sf.accepted += f.spec.accepted;
+        sf.proposed += f.spec.proposed;
         let now = Instant::now();
         g.recent.push_back((now, f.completion_tokens));
         while g
@@ -95,13 +115,14 @@ impl Stats {
         self.inner
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .since_flush
             .accept_length()
     }
 
+    /// Restarts every speculative gauge (`/flush_cache`, `/reset_prefix_cache`).
     pub fn flush(&self) {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        g.flushed_round_tokens = 0;
-        g.flushed_rounds = 0;
+        g.since_flush = SinceFlush::default();
     }
 
     fn gen_throughput(g: &Inner) -> f64 {
@@ -202,12 +223,12 @@ impl Stats {
             (
                 "sglang:spec_accept_length",
                 "The average acceptance length of speculative decoding.",
-                g.accept_length().to_string(),
+                g.since_flush.accept_length().to_string(),
             ),
             (
                 "sglang:spec_accept_rate",
                 "The average acceptance rate of speculative decoding.",
-                ratio(t.accepted, t.draft_tokens).to_string(),
+                g.since_flush.accept_rate().to_string(),
             ),
         ] {
             family(&mut out, name, "gauge", help, &[(sglang.clone(), value)]);
@@ -254,4 +275,75 @@ fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(text: &str, name: &str) -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_flush_restarts_every_speculative_gauge_and_no_counter() {
+        let stats = Stats::default();
+        let spec = SpecTotals {
+            verify_ct: 4,
+            proposed: 12,
+            accepted: 6,
+            round_tokens: 10,
+            accepted_per_pos: vec![4, 2, 0],
+            histogram: vec![1, 2, 1, 0],
+            ..SpecTotals::default()
+        };
+        stats.record(Finished {
+            prompt_tokens: 5,
+            completion_tokens: 11,
+            spec: &spec,
+        });
+        let before = stats.prometheus("m", 0, 0, 3);
+        assert_eq!(sample(&before, "sglang:spec_accept_length{"), 2.5);
+        assert_eq!(sample(&before, "sglang:spec_accept_rate{"), 0.5);
+        assert_eq!(stats.avg_spec_accept_length(), 2.5);
+
+        stats.flush();
+        let after = stats.prometheus("m", 0, 0, 3);
+        assert_eq!(sample(&after, "sglang:spec_accept_length{"), 0.0);
+        assert_eq!(sample(&after, "sglang:spec_accept_rate{"), 0.0);
+        assert_eq!(stats.avg_spec_accept_length(), 0.0);
+        for counter in [
+            "vllm:spec_decode_num_drafts_total{",
+            "vllm:spec_decode_num_draft_tokens_total{",
+            "vllm:spec_decode_num_accepted_tokens_total{",
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",engine=\"0\",position=\"0\"}",
+            "vllm:generation_tokens_total{",
+            "sglang:num_requests_total{",
+        ] {
+            assert_eq!(sample(&before, counter), sample(&after, counter), "{counter}");
+        }
+
+        // after the flush, the gauges describe only what finished since
+        let spec = SpecTotals {
+            verify_ct: 2,
+            proposed: 6,
+            accepted: 0,
+            round_tokens: 2,
+            ..SpecTotals::default()
+        };
+        stats.record(Finished {
+            prompt_tokens: 5,
+            completion_tokens: 3,
+            spec: &spec,
+        });
+        let later = stats.prometheus("m", 0, 0, 3);
+        assert_eq!(sample(&later, "sglang:spec_accept_length{"), 1.0);
+        assert_eq!(sample(&later, "sglang:spec_accept_rate{"), 0.0);
+        assert_eq!(sample(&later, "vllm:spec_decode_num_drafts_total{"), 6.0);
+    }
 }

@@ -322,6 +322,7 @@ impl Live {
             round_commits: self.round_commits,
             undrafted_rounds: self.undrafted_rounds,
             reported_rounds: None,
+            reported_accepted: None,
             error: None,
         }
     }

@@ -132,7 +132,11 @@ pub fn write_report(out: &mut dyn Write, r: &Report, wide: bool) -> io::Result<(
     for m in &r.levels {
         rows.push(vec![
             level_label(m),
-            m.completed.to_string(),
+            // a level where some requests failed says so where its numbers are read
+            match m.failed {
+                0 => m.completed.to_string(),
+                failed => format!("{} of {}", m.completed, m.completed + failed),
+            },
             format!("{:.1}", m.output_throughput),
             format!("{:.1}", m.per_request_output_throughput),
             m.accept_length

@@ -181,8 +181,9 @@ pub enum Algorithm {
     /// vLLM's `mtp`: the checkpoint's own multi-token-prediction layer.
     #[serde(rename = "mtp", skip_deserializing)]
     Mtp,
-    /// vLLM's `ngram`: prompt lookup on the host, 0..K tokens per step.
-    #[serde(rename = "ngram", skip_deserializing)]
+    /// vLLM's `ngram`: prompt lookup on the host, 0..K tokens per step. A file may write
+    /// it as SGLang's `algorithm = "NGRAM"`, to be told which one kbench simulates.
+    #[serde(rename = "ngram", alias = "NGRAM")]
     Ngram,
 }
 

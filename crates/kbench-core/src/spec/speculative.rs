@@ -131,6 +131,15 @@ pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleVi
             "set [engine] name = \"vllm\", or use SGLang's algorithm = \"EAGLE3\" with num_steps, eagle_topk, num_draft_tokens",
         ));
     }
+    if s.algorithm == Algorithm::Ngram {
+        // SGLang's NGRAM drafts a tree from a trie of earlier tokens (ngram_worker.py);
+        // its tree building and match rates have no model here yet
+        return Err(violation(
+            "speculative.algorithm",
+            "SGLang's NGRAM is not simulated yet (vLLM's n-gram prompt lookup is)".into(),
+            "set [engine] name = \"vllm\" with method = \"ngram\" and num_speculative_tokens = K, or use algorithm = \"EAGLE3\"",
+        ));
+    }
     let verify = match s.verify.as_deref() {
         None => VerifyMethod::Greedy,
         Some(name) => VerifyMethod::parse(name).ok_or_else(|| {
