@@ -224,6 +224,16 @@ fn compare_sets_reports_side_by_side_and_plots_them() {
         "{row} (want {ta:.1}, {tb:.1}, {want})"
     );
     assert!(stdout.contains("#1 v2.json: topk1_v2 (sim)"), "{stdout}");
+    // what the runs assumed is printed with the comparison, once
+    let assumed = stdout.split("== assumed").nth(1).unwrap_or_default();
+    let first = a["experiment"]["assumptions"][0].as_str().unwrap();
+    let words: String = first
+        .split_whitespace()
+        .take(6)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(assumed.contains(&words), "{words}: {stdout}");
+    assert_eq!(stdout.matches("== assumed").count(), 1, "{stdout}");
     let svg = std::fs::read_to_string(dir.path().join("cmp.svg")).unwrap();
     assert!(
         svg.starts_with("<svg") && svg.contains("#2 topk1_v2 (sim)"),

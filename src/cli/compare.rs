@@ -39,6 +39,7 @@ pub fn run(args: CompareArgs) -> CliResult<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     render::compare::write_comparison(&mut out, &reports, &labels)
+        .and_then(|()| render::assumptions::write_assumptions(&mut out, &reports))
         .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
     out.flush().ok();
     if let Some(path) = &args.plot {

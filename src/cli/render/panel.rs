@@ -199,6 +199,54 @@ impl Panel {
     }
 }
 
+/// Label boxes already drawn on a panel, in pixels: a new label moves up or down, a
+/// line at a time, to the nearest place that overlaps none of them and stays inside the
+/// plotting area (end-of-line values of close series used to print over each other).
+struct Placed {
+    boxes: Vec<[i32; 4]>,
+    inside: [i32; 4],
+}
+
+/// Text height and width per character at the labels' 10 px font, with a little air.
+const LABEL_HEIGHT: i32 = 12;
+const LABEL_CHAR_WIDTH: i32 = 6;
+
+impl Placed {
+    fn new(x: std::ops::Range<i32>, y: std::ops::Range<i32>) -> Placed {
+        Placed {
+            boxes: Vec::new(),
+            inside: [x.start, y.start, x.end, y.end],
+        }
+    }
+
+    /// Where, from `anchor`, to draw `text` first asked for at `offset`.
+    fn place(&mut self, anchor: (i32, i32), offset: (i32, i32), text: &str) -> (i32, i32) {
+        let width = LABEL_CHAR_WIDTH * text.chars().count() as i32;
+        let at = |dy: i32| {
+            let (x, y) = (anchor.0 + offset.0, anchor.1 + dy);
+            [x, y, x + width, y + LABEL_HEIGHT]
+        };
+        let free = |b: &[i32; 4]| {
+            let [x0, y0, x1, y1] = self.inside;
+            b[1] >= y0
+                && b[3] <= y1
+                && b[0] >= x0
+                && b[2] <= x1
+                && !self
+                    .boxes
+                    .iter()
+                    .any(|o| b[0] < o[2] && o[0] < b[2] && b[1] < o[3] && o[1] < b[3])
+        };
+        let chosen = [0, -1, 1, -2, 2, -3, 3, -4, 4]
+            .into_iter()
+            .map(|k| offset.1 + k * LABEL_HEIGHT)
+            .find(|&dy| free(&at(dy)))
+            .unwrap_or(offset.1);
+        self.boxes.push(at(chosen));
+        (offset.0, chosen)
+    }
+}
+
 pub(super) fn draw(area: &Canvas, p: &Panel) -> Drawn {
     let mut chart = ChartBuilder::on(area)
         .caption(&p.title, ("sans-serif", 15))
@@ -217,6 +265,22 @@ pub(super) fn draw(area: &Canvas, p: &Panel) -> Drawn {
         .x_desc(x_axis.desc.as_str())
         .y_desc(y_axis.desc.as_str())
         .draw()?;
+    let (px, py) = chart.plotting_area().get_pixel_range();
+    let mut placed = Placed::new(px, py);
+    // markers carry the measurements: theirs are placed first and never move for a line's
+    let marker_offsets: Vec<Option<(i32, i32)>> = p
+        .markers
+        .iter()
+        .map(|m| {
+            let at = p.plotted(m.at)?;
+            let (dx, dy) = p.label_offset(at, &m.text);
+            Some(placed.place(
+                chart.backend_coord(&at),
+                (dx, dy + LABEL_HEIGHT * m.stack),
+                &m.text,
+            ))
+        })
+        .collect();
     let mut any_legend = false;
     if p.parity {
         any_legend = true;
@@ -263,11 +327,17 @@ pub(super) fn draw(area: &Canvas, p: &Panel) -> Drawn {
             .zip(&line.point_labels)
             .filter(|(_, text)| !text.is_empty())
             .filter_map(|(&q, text)| Some((p.plotted(q)?, text)));
-        chart.draw_series(labelled.map(|(at, text)| {
+        let offsets: Vec<((f64, f64), &String, (i32, i32))> = labelled
+            .map(|(at, text)| {
+                let offset = placed.place(chart.backend_coord(&at), p.label_offset(at, text), text);
+                (at, text, offset)
+            })
+            .collect();
+        chart.draw_series(offsets.into_iter().map(|(at, text, offset)| {
             EmptyElement::at(at)
                 + Text::new(
                     text.clone(),
-                    p.label_offset(at, text),
+                    offset,
                     ("sans-serif", 10).into_font().color(&c),
                 )
         }))?;
@@ -309,8 +379,10 @@ pub(super) fn draw(area: &Canvas, p: &Panel) -> Drawn {
                 PathElement::new(segments, style)
             });
     }
-    for m in &p.markers {
-        let Some(at) = p.plotted(m.at) else { continue };
+    for (m, offset) in p.markers.iter().zip(marker_offsets) {
+        let (Some(at), Some(offset)) = (p.plotted(m.at), offset) else {
+            continue;
+        };
         let c = m.colour;
         let shape: DynElement<SVGBackend, (i32, i32)> = if m.ring {
             Circle::new((0, 0), 8, c.stroke_width(2)).into_dyn()
@@ -322,10 +394,7 @@ pub(super) fn draw(area: &Canvas, p: &Panel) -> Drawn {
                 + shape
                 + Text::new(
                     m.text.clone(),
-                    {
-                        let (dx, dy) = p.label_offset(at, &m.text);
-                        (dx, dy + 13 * m.stack)
-                    },
+                    offset,
                     ("sans-serif", 10).into_font().color(&c),
                 ),
         ))?;
@@ -421,5 +490,18 @@ mod tests {
         let p = Panel::new("t", Axis::linear("x", [100.0]), Axis::linear("y", [100.0]));
         assert!(p.label_offset((100.0, 10.0), "label").0 < 0);
         assert!(p.label_offset((1.0, 10.0), "label").0 > 0);
+    }
+
+    #[test]
+    fn close_labels_move_apart_and_stay_inside() {
+        let mut placed = Placed::new(0..400, 0..300);
+        // two series ending on nearly the same value, labelled at the same spot
+        let a = placed.place((300, 100), (7, -14), "775");
+        let b = placed.place((300, 102), (7, -14), "767");
+        assert_eq!(a, (7, -14));
+        assert!((a.1 - (b.1 + 2)).abs() >= LABEL_HEIGHT, "{a:?} {b:?}");
+        // at the top edge a label goes down, not out
+        let c = placed.place((50, 3), (7, -14), "top");
+        assert!(3 + c.1 >= 0, "{c:?}");
     }
 }
