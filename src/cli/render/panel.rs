@@ -327,7 +327,7 @@ pub(super) fn draw(area: &Canvas, p: &Panel) -> Drawn {
             .zip(&line.point_labels)
             .filter(|(_, text)| !text.is_empty())
             .filter_map(|(&q, text)| Some((p.plotted(q)?, text)));
-        let offsets: Vec<((f64, f64), &String, (i32, i32))> = labelled
+        let offsets: Vec<_> = labelled
             .map(|(at, text)| {
                 let offset = placed.place(chart.backend_coord(&at), p.label_offset(at, text), text);
                 (at, text, offset)
