@@ -30,7 +30,7 @@ install() {
         say "vLLM $VLLM_VERSION (CPU) already installed in $VENV"
         return
     fi
-    say "installing vLLM $VLLM_VERSION's CPU build into $VENV (about 6 minutes and 6.6 GB the first time)"
+    say "installing vLLM $VLLM_VERSION's CPU build into $VENV (a few minutes and 6.3 GB the first time)"
     local started=$SECONDS
     rm -rf "$VENV"
     python3 -m venv "$VENV"

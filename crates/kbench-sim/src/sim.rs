@@ -567,6 +567,25 @@ impl Session for SimSession<'_> {
                 format!("request {} asks for 0 tokens", request.id),
             ));
         }
+        // one request the pool cannot hold even alone is refused by itself: admitted, it
+        // would stall every other request behind it (the run's fit check covers the file's
+        // own lengths; a served request brings its own)
+        let need = u64::from(request.input_len)
+            + u64::from(request.max_tokens)
+            + u64::from(self.b.kv.decode_slots_per_request);
+        if need > self.b.kv.tokens {
+            return Err(BackendError::msg(
+                "sim",
+                format!(
+                    "request {} needs {need} tokens of KV cache ({} of prompt + max_tokens {} + {} for a decode step); the modelled pool holds {}",
+                    request.id,
+                    request.input_len,
+                    request.max_tokens,
+                    self.b.kv.decode_slots_per_request,
+                    self.b.kv.tokens
+                ),
+            ));
+        }
         // sent when its predecessor reached the client (during the forward just priced, or
         // now); it reaches the scheduler after the client's turnaround and the API server
         let ready = self
