@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const NEEDS: &str = "needs a real vLLM: scripts/real-vllm.sh installs it and runs these";
 /// A cold start compiles the model (160-175 s on a loaded 2-core machine, vllm-cpu.md).
 const START_LIMIT: Duration = Duration::from_secs(600);
 const REQUESTS: u32 = 8;
@@ -234,7 +233,6 @@ const NGRAM: &str =
 #[test]
 #[ignore = "needs a real vLLM: scripts/real-vllm.sh installs it and runs these"]
 fn plain_vllm_counts_tokens_exactly_in_both_apis_and_refuses_what_it_does_not_serve() {
-    let _ = NEEDS;
     let v = Vllm::start(&[]);
     let dir = tempfile::tempdir().unwrap();
 
@@ -253,9 +251,7 @@ fn plain_vllm_counts_tokens_exactly_in_both_apis_and_refuses_what_it_does_not_se
         let (code, out, report) = run(dir.path(), &file, &[]);
         assert_eq!(code, 0, "{out}");
         let report = report.unwrap();
-        let backend = report["backend"]["description"]
-            .as_str()
-            .unwrap_or_default();
+        let backend = backend_line(&report);
         assert!(backend.contains("vLLM 0.32"), "{backend}");
         if api.is_empty() {
             assert!(
@@ -322,6 +318,13 @@ fn plain_vllm_counts_tokens_exactly_in_both_apis_and_refuses_what_it_does_not_se
     );
 }
 
+/// The report's backend line: the server as kbench identified it.
+fn backend_line(report: &Value) -> &str {
+    report["backend"]["description"]
+        .as_str()
+        .unwrap_or_default()
+}
+
 /// kbench's accept length and rounds against vLLM's own counters, over the same requests.
 fn assert_counts_equal_the_servers(report: &Value) {
     for l in report["levels"].as_array().unwrap() {
@@ -350,12 +353,9 @@ fn ngram_vllm_with_detailed_metrics_agrees_with_its_counters_and_records_a_trace
     assert_eq!(code, 0, "{out}");
     let report = report.unwrap();
     assert!(
-        report["backend"]["description"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("speculation with num_speculative_tokens 3"),
+        backend_line(&report).contains("speculation with num_speculative_tokens 3"),
         "{}",
-        report["backend"]
+        backend_line(&report)
     );
     assert_counts_equal_the_servers(&report);
 
@@ -410,9 +410,7 @@ fn ngram_vllm_with_summary_metrics_gives_the_accept_length_of_its_drafted_steps(
     let (code, out, report) = run(dir.path(), &file, &[]);
     assert_eq!(code, 0, "{out}");
     let report = report.unwrap();
-    let backend = report["backend"]["description"]
-        .as_str()
-        .unwrap_or_default();
+    let backend = backend_line(&report);
     assert!(
         backend.contains("ngram with num_speculative_tokens 3"),
         "{backend}"

@@ -251,26 +251,6 @@ fn avg_accept_length(addr: &str) -> f64 {
         .unwrap()
 }
 
-/// Starts a long `/generate` stream and returns once the server has answered its headers
-/// (the request is then in flight); dropping the connection ends it.
-fn hold_a_request(addr: &str) -> std::net::TcpStream {
-    use std::io::{Read, Write};
-    let mut c = connect(addr);
-    let body = json!({"text": PROMPT, "stream": true,
-        "sampling_params": {"max_new_tokens": 50000, "temperature": 0, "ignore_eos": true}})
-    .to_string();
-    write!(
-        c,
-        "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut first = [0u8; 64];
-    let n = c.read(&mut first).unwrap();
-    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
-    c
-}
-
 #[test]
 fn reset_prefix_cache_is_the_flush_under_vllms_contract() {
     let server = spec_server(3, 1, 4, &[]);
@@ -294,7 +274,7 @@ fn reset_prefix_cache_is_the_flush_under_vllms_contract() {
     assert_eq!(r.json()["error"]["param"], "reset_running_requests");
 
     // while a request runs: 200 as vLLM answers, and nothing is reset, unless told to
-    let held = hold_a_request(&server.addr);
+    let held = hold_a_request(&server.addr, PROMPT);
     let r = post(&server.addr, "/reset_prefix_cache", "");
     assert_eq!((r.status, r.text()), (200, String::new()));
     assert_eq!(avg_accept_length(&server.addr), avg);

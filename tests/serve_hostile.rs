@@ -360,19 +360,7 @@ fn log_requests_writes_one_line_per_finished_request() {
 fn too_many_requests_get_429_and_a_gone_client_frees_its_slot() {
     let s = server(&["--max-running-requests", "1", "--max-queued-requests", "0"]);
     // a long stream holds the only slot
-    let mut c = connect(&s.addr);
-    let body = json!({"text": "bo bu", "stream": true,
-        "sampling_params": {"max_new_tokens": 50000, "temperature": 0, "ignore_eos": true}})
-    .to_string();
-    write!(
-        c,
-        "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut first = [0u8; 64];
-    let n = c.read(&mut first).unwrap();
-    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    let c = hold_a_request(&s.addr, "bo bu");
     let r = post(
         &s.addr,
         "/v1/completions",

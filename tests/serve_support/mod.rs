@@ -322,3 +322,22 @@ pub fn finished_meta(r: &Resp) -> serde_json::Value {
     );
     meta
 }
+
+/// Starts a long `/generate` stream of `text` and returns once the server has answered its
+/// headers (the request is then in flight); dropping the connection ends it.
+pub fn hold_a_request(addr: &str, text: &str) -> TcpStream {
+    let mut c = connect(addr);
+    let body = serde_json::json!({"text": text, "stream": true,
+        "sampling_params": {"max_new_tokens": 50000, "temperature": 0, "ignore_eos": true}})
+    .to_string();
+    write!(
+        c,
+        "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut first = [0u8; 64];
+    let n = c.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    c
+}
