@@ -28,11 +28,11 @@ if [[ "${1:-}" == "--bundle" ]]; then
     export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
     B="$ROOT/target/gpu-bundle"
     mkdir -p "$B"
-    cargo build --release -p kbench-cuda --features gpu-check --bins
+    cargo build --release -p kbench-gpucheck --bins
     cargo build --release --bin kbench
     cp "$CARGO_TARGET_DIR/release/kbench-gpu" "$B/kbench-gpu"
     cp "$CARGO_TARGET_DIR/release/kbench" "$B/kbench"
-    exe=$(cargo bench -p kbench-cuda --bench kernels --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
+    exe=$(cargo bench -p kbench-gpucheck --bench kernels --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
     if [[ -n "$exe" && -f "$exe" ]]; then cp "$exe" "$B/kernels-bench"; fi
     # the engine's GPU tests (GPU vs CPU reference, token for token), as test binaries
     cargo test --release -p kbench-engine --test cuda_engine --test cuda_tuned --test cuda_backend --no-run 2>&1 |
@@ -179,10 +179,10 @@ elif command -v cargo >/dev/null; then
     export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
     off=""
     [[ -d "$HOME/.cargo/registry/cache" ]] || off=""
-    run_stage build 300 120 "$LOG" bash -c 'cargo build --release -p kbench-cuda --features gpu-check --bins && cargo build --release --bin kbench'
+    run_stage build 300 120 "$LOG" bash -c 'cargo build --release -p kbench-gpucheck --bins && cargo build --release --bin kbench'
     [[ -x "$CARGO_TARGET_DIR/release/kbench-gpu" ]] && KB="$CARGO_TARGET_DIR/release/kbench-gpu"
     if [[ -z "${KBENCH_SKIP_CRITERION:-}" ]]; then
-        run_stage build-bench 120 100 "$LOG" cargo bench -p kbench-cuda --bench kernels --no-run
+        run_stage build-bench 120 100 "$LOG" cargo bench -p kbench-gpucheck --bench kernels --no-run
         CB="$(ls -t "$CARGO_TARGET_DIR"/release/deps/kernels-* 2>/dev/null | grep -v '\.d$' | head -1 || true)"
     fi
 else
@@ -194,7 +194,7 @@ if [[ -n "$KB" ]]; then
     "$KB" info >>"$MACH" 2>&1 || true
     # 4. NVRTC compile of every kernel for the target arch (no GPU needed)
     run_stage check 90 330 "$RES/selftest.txt" "$KB" check --arch sm_90
-    # 5. GPU tests: every kernel against the f32 CPU reference (same tests as crates/kbench-cuda/tests/gpu.rs)
+    # 5. GPU tests: every kernel against the f32 CPU reference (same tests as crates/kbench-gpucheck/tests/gpu.rs)
     run_stage selftest 150 260 "$RES/selftest.txt" "$KB" selftest --isolate
     # 5b. the engine on the GPU against its CPU path: exact kernels token for token, tuned
     #     kernels within bf16 bounds, the engine backend's round commits (engine-* test binaries)

@@ -163,7 +163,7 @@ fn calibrate_passes_unknown_hardware_lists_presets() {
 /// The profile `kbench-gpu stack` writes on a GPU is exactly what `calibrate-passes` reads.
 #[test]
 fn kbench_gpu_stack_profile_is_read_by_calibrate_passes() {
-    use kbench_cuda::bench::{stack_profile_toml, StackMeta, StackRow};
+    use kbench_gpucheck::bench::{stack_profile_toml, StackMeta, StackRow};
     let meta = StackMeta {
         device_name: "NVIDIA H200".into(),
         compute_capability: (9, 0),

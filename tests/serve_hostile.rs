@@ -5,6 +5,7 @@
 mod serve_support;
 
 use std::io::{Read, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -145,6 +146,29 @@ fn bad_requests_get_4xx_with_openai_error_bodies() {
             "text_and_ids",
             400,
             post_auth("/generate", r#"{"text": "bo", "input_ids": [3]}"#),
+        ),
+        (
+            "ids_given_as_text",
+            400,
+            post_auth("/generate", r#"{"input_ids": "abc"}"#),
+        ),
+        (
+            "too_many_stop_strings",
+            400,
+            post_auth(
+                "/v1/completions",
+                &json!({"prompt": "bo", "stop": vec!["x"; 65]}).to_string(),
+            ),
+        ),
+        (
+            "stop_string_too_long",
+            400,
+            post_auth(
+                "/generate",
+                &json!({"text": "bo",
+                    "sampling_params": {"max_new_tokens": 4, "stop": "y".repeat(241)}})
+                .to_string(),
+            ),
         ),
         (
             "body_too_large",
@@ -446,6 +470,134 @@ fn slow_and_idle_connections_cannot_hold_the_server() {
     );
     assert_eq!(r.status, 200);
     drop(idle);
+    healthy(&s.addr);
+}
+
+/// What hyper answers by itself (before any route runs) still carries an OpenAI-shaped body,
+/// and a body declared larger than the limit is refused before any of it is read.
+#[test]
+fn protocol_errors_have_json_bodies_and_a_huge_length_is_refused_at_once() {
+    let s = server(&["--read-timeout-secs", "30"]);
+    let raw = |bytes: &[u8]| {
+        let mut c = connect(&s.addr);
+        c.write_all(bytes).unwrap();
+        read_response(&mut c)
+    };
+    let many_headers: String = (0..200).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let long_uri = format!("/v1/models?{}", "q".repeat(70_000));
+    let cases: Vec<(&str, u16, Resp)> = vec![
+        (
+            "malformed_request_line",
+            400,
+            raw(b"NOT HTTP AT ALL\r\n\r\n"),
+        ),
+        (
+            "malformed_header",
+            400,
+            raw(b"GET /health HTTP/1.1\r\nHost x\r\n\r\n"),
+        ),
+        (
+            "too_many_headers",
+            431,
+            raw(format!("GET /health HTTP/1.1\r\nHost: x\r\n{many_headers}\r\n").as_bytes()),
+        ),
+        (
+            "uri_too_long",
+            414,
+            raw(format!("GET {long_uri} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()),
+        ),
+    ];
+    for (name, status, r) in cases {
+        assert_eq!(r.status, status, "{name}: {}", r.text());
+        let v = error_of(&r);
+        assert_eq!(v["error"]["code"], status, "{name}: {v}");
+        let length = r.headers.iter().find(|(k, _)| k == "content-length");
+        assert_eq!(
+            length.map(|(_, v)| v.parse::<usize>().unwrap()),
+            Some(r.body.len()),
+            "{name}"
+        );
+    }
+    insta::assert_json_snapshot!(
+        "error_malformed_request_line",
+        error_of(&raw(b"NOT HTTP AT ALL\r\n\r\n"))
+    );
+    // a body declared at 1 TB: 413 at once, not the body's read timeout
+    let started = Instant::now();
+    let mut c = connect(&s.addr);
+    c.write_all(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000\r\n\r\n{",
+    )
+    .unwrap();
+    let r = read_response(&mut c);
+    assert_eq!(r.status, 413, "{}", r.text());
+    error_of(&r);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the 413 took {:?}",
+        started.elapsed()
+    );
+    healthy(&s.addr);
+}
+
+/// Six 4 MB text prompts at once: parsing and tokenizing them runs off the threads that
+/// answer, so `/health` keeps answering within 100 ms (median) while they are worked on.
+#[test]
+fn huge_text_prompts_do_not_stall_health() {
+    let exp = format!("{}/experiments/topk1_v2.toml", env!("CARGO_MANIFEST_DIR"));
+    let s = ServerProc::start(&[
+        "--sim",
+        &exp,
+        "--speed",
+        "50",
+        "--max-body-bytes",
+        "8000000",
+    ]);
+    let text: String = (0..850_000)
+        .map(|i| format!("w{} ", 100 + i % 900))
+        .collect();
+    assert!(text.len() > 4_000_000);
+    let body = Arc::new(json!({"prompt": text, "max_tokens": 2}).to_string());
+    let senders: Vec<_> = (0..6)
+        .map(|_| {
+            let (addr, body) = (s.addr.clone(), body.clone());
+            std::thread::spawn(move || post(&addr, "/v1/completions", &body))
+        })
+        .collect();
+    let mut health = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while senders.iter().any(|t| !t.is_finished()) {
+        assert!(
+            Instant::now() < deadline,
+            "the prompts took over two minutes"
+        );
+        let t = Instant::now();
+        assert_eq!(get(&s.addr, "/health").status, 200);
+        health.push(t.elapsed());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for t in senders {
+        let r = t.join().unwrap();
+        // beyond the modelled context: refused by its length, once it was tokenized
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert_eq!(error_of(&r)["error"]["code"], "context_length_exceeded");
+    }
+    health.sort();
+    let median = health[health.len() / 2];
+    eprintln!(
+        "/health during six 4 MB prompts: median {median:?}, worst {:?}, {} probes",
+        health.last().unwrap(),
+        health.len()
+    );
+    assert!(
+        health.len() >= 3,
+        "too few probes to judge: {}",
+        health.len()
+    );
+    assert!(
+        median < Duration::from_millis(100),
+        "/health median {median:?}"
+    );
     healthy(&s.addr);
 }
 

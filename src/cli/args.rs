@@ -210,6 +210,14 @@ pub struct ServeArgs {
     /// Longest prompt + output accepted (default: the model's max_position_embeddings).
     #[arg(long)]
     pub context_length: Option<usize>,
+    /// Longest prompt accepted; beyond it, 400. Default for the engine: what it prefills in
+    /// 30 s on this machine, timed at load; --sim: the context length.
+    #[arg(long)]
+    pub max_prompt_tokens: Option<usize>,
+    /// The engine prefills longer prompts a chunk per forward, the running requests' rounds
+    /// between chunks (SGLang's flag; -1: in one forward). Default: 256 on cpu, 2048 on cuda.
+    #[arg(long, allow_negative_numbers = true)]
+    pub chunked_prefill_size: Option<i64>,
     /// The model name in OpenAI responses and /v1/models (default: the model directory's name).
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -247,6 +255,10 @@ pub struct ServeArgs {
     /// completion tokens, duration in ms.
     #[arg(long)]
     pub log_requests: bool,
+    /// SGLang's flag: each chunk of a /generate stream carries only its new text and
+    /// output_ids (by default every chunk repeats the whole output so far).
+    #[arg(long, alias = "stream-output")]
+    pub incremental_streaming_output: bool,
 }
 
 #[derive(Debug, Args)]

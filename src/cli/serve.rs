@@ -75,6 +75,17 @@ pub fn run(a: ServeArgs) -> CliResult<()> {
     let what = describe(&cfg.server_info);
     let server = kbench_serve::start(cfg).map_err(|e| CliError::from_error(&e))?;
     eprintln!("kbench serve: {what}");
+    match (server.max_prompt_tokens(), server.prefill_probe()) {
+        (Some(max), Some(p)) => eprintln!(
+            "prompts up to {max} tokens: a {}-token prefill took {:.1} ms, so about {} s at {max} \
+             (--max-prompt-tokens changes it)",
+            p.tokens,
+            p.took.as_secs_f64() * 1e3,
+            kbench_serve::engine::PREFILL_BUDGET.as_secs()
+        ),
+        (Some(max), None) => eprintln!("prompts up to {max} tokens (--max-prompt-tokens)"),
+        _ => {}
+    }
     eprintln!(
         "listening on http://{} (Ctrl-C or SIGTERM stops it)",
         server.addr()
@@ -169,6 +180,18 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
         .served_model_name
         .clone()
         .unwrap_or_else(|| dir_name(&model_dir));
+    let max_prompt_tokens = max_prompt_tokens(a, context_length)?;
+    let prefill_chunk = match a.chunked_prefill_size {
+        None if device == Device::Cpu => Some(256),
+        None => Some(2048),
+        Some(-1) => None,
+        Some(n) if n > 0 => Some(n as usize),
+        Some(n) => {
+            return Err(invalid(format!(
+                "--chunked-prefill-size {n}: give a positive number of tokens, or -1 for none"
+            )))
+        }
+    };
     let mut limits = limits;
     limits.max_in_flight = max_running as usize + a.max_queued_requests as usize;
     let spec_desc = match &spec {
@@ -190,6 +213,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
         "context_length": context_length,
         "max_running_requests": max_running,
         "max_queued_requests": a.max_queued_requests,
+        "chunked_prefill_size": prefill_chunk.map_or(-1, |c| c as i64),
         "random_seed": a.random_seed,
         "speculative_algorithm": spec.map(|_| "EAGLE3"),
         "speculative_draft_model_path": draft_dir.as_ref().map(|d| d.display().to_string()),
@@ -199,6 +223,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
         "stream_interval": 1,
         "enable_metrics": true,
         "log_requests": a.log_requests,
+        "incremental_streaming_output": a.incremental_streaming_output,
         "kbench": {
             "mode": "engine",
             "describe": format!("kbench engine on {device}, {} ({spec_desc})", model_dir.display()),
@@ -213,12 +238,17 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
             device,
             spec,
             max_running: max_running as usize,
+            prefill_chunk,
+            max_prompt_tokens,
+            context_length,
         }),
         model: ModelInfo {
             served_name,
             model_path: model_dir.display().to_string(),
             tokenizer_path: codec.is_tokenizer().then(|| tok_path.display().to_string()),
             context_length,
+            // the worker's measured bound replaces it when no flag gave one
+            max_prompt_tokens,
             vocab: arch.vocab_size as usize,
             eos_token_id: eos_token_id(&model_dir),
             draft_positions: spec
@@ -229,10 +259,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
         server_info,
         limits,
         faults,
-        api_key: a.api_key.clone(),
-        seed: a.random_seed,
-        per_request_spec_metrics: per_request_spec_metrics(a),
-        log_requests: a.log_requests,
+        answering: answering(a, a.random_seed),
     })
 }
 
@@ -346,6 +373,7 @@ fn sim_config(
         "stream_interval": 1,
         "enable_metrics": true,
         "log_requests": a.log_requests,
+        "incremental_streaming_output": a.incremental_streaming_output,
         "kbench": {
             "mode": "sim",
             "describe": format!("{describe}; played {speed}x faster than the modelled deployment"),
@@ -376,6 +404,7 @@ fn sim_config(
             model_path: exp.model.name.clone(),
             tokenizer_path: None,
             context_length,
+            max_prompt_tokens: max_prompt_tokens(a, context_length)?,
             vocab: exp.model.vocab_size as usize,
             eos_token_id: None,
             draft_positions: if spec_on {
@@ -390,11 +419,31 @@ fn sim_config(
         server_info,
         limits,
         faults,
+        answering: answering(a, exp.file.seed),
+    })
+}
+
+/// `--max-prompt-tokens`, which must leave room for an output token in the context.
+fn max_prompt_tokens(a: &ServeArgs, context_length: usize) -> CliResult<Option<usize>> {
+    match a.max_prompt_tokens {
+        Some(0) => Err(invalid("--max-prompt-tokens 0: give at least 1")),
+        Some(n) if n >= context_length => Err(invalid(format!(
+            "--max-prompt-tokens {n}: the context holds {context_length} tokens, prompt and \
+             output together; give at most {}",
+            context_length.saturating_sub(1)
+        ))),
+        n => Ok(n),
+    }
+}
+
+fn answering(a: &ServeArgs, seed: u64) -> kbench_serve::Answering {
+    kbench_serve::Answering {
         api_key: a.api_key.clone(),
-        seed: exp.file.seed,
+        seed,
         per_request_spec_metrics: per_request_spec_metrics(a),
         log_requests: a.log_requests,
-    })
+        incremental_streaming_output: a.incremental_streaming_output,
+    }
 }
 
 fn per_request_spec_metrics(a: &ServeArgs) -> Option<kbench_serve::state::PerRequestSpecMetrics> {

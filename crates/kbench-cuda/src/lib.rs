@@ -7,11 +7,12 @@
 //! - [`ops`]: launch wrappers for every kernel; [`blas::Blas`]: cuBLAS for the dense BF16 linears
 //!   (a handle on the device's stream with its own workspace, graph-capturable);
 //!   [`linear::Linear`]: cuBLAS or the own `bf16_matmul`, picked once; [`reference`]: f32 CPU
-//!   references;
-//!   [`selftest`]: the GPU tests (used by `tests/gpu.rs` and the `kbench-gpu` binary);
-//!   [`bench`]: timings with CUDA events, the layer stack and its calibration profile;
-//!   [`comm`]: tensor-parallel all-reduce (NCCL; world size 1 needs none); [`device::Graph`]:
-//!   CUDA graph capture.
+//!   references; [`comm`]: tensor-parallel all-reduce (NCCL; world size 1 needs none);
+//!   [`device::Graph`]: CUDA graph capture.
+//!
+//! The GPU self-tests, kernel benchmarks and the `kbench-gpu` driver are in `kbench-gpucheck`,
+//! not here: this is the library the engine links, and the benchmarks price against the
+//! simulator's op tables, which the CUDA layer must not depend on.
 
 // `x % n != 0` is kept: `is_multiple_of` needs Rust 1.87 (workspace MSRV is 1.85).
 #![allow(
@@ -21,8 +22,6 @@
     clippy::type_complexity
 )]
 
-#[cfg(feature = "gpu-check")]
-pub mod bench;
 pub mod blas;
 pub mod comm;
 pub mod device;
@@ -32,8 +31,6 @@ mod linear;
 pub mod nvrtc;
 pub mod ops;
 pub mod reference;
-#[cfg(feature = "gpu-check")]
-pub mod selftest;
 
 pub use blas::Blas;
 pub use cudarc::driver::DeviceRepr;

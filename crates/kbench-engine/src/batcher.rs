@@ -5,6 +5,11 @@
 //! and requests wait, a prefill batch (which yields each request's first token); otherwise one
 //! decode step or speculative round over every running request. It reports what each request
 //! committed in that forward, so a server can stream one chunk per round.
+//!
+//! With a prefill chunk ([`Batcher::with_prefill_chunk`]), a prompt longer than the chunk is
+//! prefilled a chunk per forward, one such prompt at a time, and the running requests get a
+//! forward of their own between two chunks: one long prompt delays the others' rounds by a
+//! chunk's time, not by its whole prefill, and its client can cancel it between chunks.
 
 use std::collections::VecDeque;
 
@@ -12,7 +17,9 @@ use kbench_core::verify::SamplingParams;
 
 use crate::error::{EngineError, Result};
 use crate::passes::SpecModel;
-use crate::speculative::{decode_step, prefill, seq_rng, spec_round, Seq, SpecSettings};
+use crate::speculative::{
+    decode_step, prefill, prefill_step, seq_rng, spec_round, PrefillProgress, Seq, SpecSettings,
+};
 
 /// How one request is decoded.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,7 +73,14 @@ struct Waiting {
 struct Running<C> {
     seq: Seq<C>,
     slot: usize,
+    /// Sorted and deduplicated: searched once per committed token.
     stop_token_ids: Vec<u32>,
+}
+
+/// The prompt being prefilled a chunk at a time.
+struct Prefilling<C> {
+    run: Running<C>,
+    progress: PrefillProgress,
 }
 
 pub struct Batcher<M: SpecModel> {
@@ -77,6 +91,11 @@ pub struct Batcher<M: SpecModel> {
     running: Vec<Running<M::Caches>>,
     /// KV slots no running request holds; `None` where the device has no slots.
     free_slots: Option<Vec<usize>>,
+    /// Most prompt tokens one forward prefills; `None`: every prompt in one forward.
+    prefill_chunk: Option<usize>,
+    prefilling: Option<Prefilling<M::Caches>>,
+    /// The last forward was a chunk: the running requests' forward comes next.
+    chunk_ran: bool,
 }
 
 impl<M: SpecModel> Batcher<M> {
@@ -89,7 +108,17 @@ impl<M: SpecModel> Batcher<M> {
             waiting: VecDeque::new(),
             running: Vec::new(),
             free_slots,
+            prefill_chunk: None,
+            prefilling: None,
+            chunk_ran: false,
         }
+    }
+
+    /// Prefills prompts longer than `chunk` tokens a chunk per forward (SGLang's
+    /// `--chunked-prefill-size`); `None` or 0: every prompt in one forward.
+    pub fn with_prefill_chunk(mut self, chunk: Option<usize>) -> Batcher<M> {
+        self.prefill_chunk = chunk.filter(|&c| c > 0);
+        self
     }
 
     pub fn vocab(&self) -> usize {
@@ -97,11 +126,12 @@ impl<M: SpecModel> Batcher<M> {
     }
 
     pub fn is_idle(&self) -> bool {
-        self.waiting.is_empty() && self.running.is_empty()
+        self.waiting.is_empty() && self.running.is_empty() && self.prefilling.is_none()
     }
 
+    /// Requests holding a slot: decoding, or with their prompt part-way into the cache.
     pub fn running_len(&self) -> usize {
-        self.running.len()
+        self.running.len() + usize::from(self.prefilling.is_some())
     }
 
     pub fn waiting_len(&self) -> usize {
@@ -124,6 +154,9 @@ impl<M: SpecModel> Batcher<M> {
                 "request {id}: token id {t} is outside the vocabulary (0..{vocab})"
             )));
         }
+        let mut params = params;
+        params.stop_token_ids.sort_unstable();
+        params.stop_token_ids.dedup();
         self.waiting.push_back(Waiting { id, prompt, params });
         Ok(())
     }
@@ -139,6 +172,11 @@ impl<M: SpecModel> Batcher<M> {
             self.free(r.slot);
             return true;
         }
+        if self.prefilling.as_ref().is_some_and(|p| p.run.seq.id == id) {
+            let p = self.prefilling.take().expect("checked");
+            self.free(p.run.slot);
+            return true;
+        }
         false
     }
 
@@ -150,6 +188,10 @@ impl<M: SpecModel> Batcher<M> {
             ids.push(r.seq.id);
             self.free(r.slot);
         }
+        if let Some(p) = self.prefilling.take() {
+            ids.push(p.run.seq.id);
+            self.free(p.run.slot);
+        }
         ids
     }
 
@@ -159,11 +201,17 @@ impl<M: SpecModel> Batcher<M> {
         }
     }
 
-    /// Takes waiting requests while the cap and the free slots allow.
+    /// Takes waiting requests, in arrival order, while the cap and the free slots allow. A
+    /// prompt longer than the prefill chunk becomes the one prefilled chunk by chunk, and
+    /// stops the taking: the requests behind it keep their turn after it.
     fn admit(&mut self) -> Vec<Running<M::Caches>> {
         let mut admitted = Vec::new();
-        while self.running.len() + admitted.len() < self.max_running {
-            if self.waiting.is_empty() {
+        while self.running_len() + admitted.len() < self.max_running {
+            let Some(head) = self.waiting.front() else {
+                break;
+            };
+            let long = self.prefill_chunk.is_some_and(|c| head.prompt.len() > c);
+            if long && (self.prefilling.is_some() || !admitted.is_empty()) {
                 break;
             }
             let slot = match &mut self.free_slots {
@@ -184,20 +232,67 @@ impl<M: SpecModel> Batcher<M> {
             );
             seq.top_k = w.params.sampling.top_k;
             seq.top_p = w.params.sampling.top_p;
-            admitted.push(Running {
+            let run = Running {
                 seq,
                 slot,
                 stop_token_ids: w.params.stop_token_ids,
-            });
+            };
+            if long {
+                self.prefilling = Some(Prefilling {
+                    run,
+                    progress: PrefillProgress::default(),
+                });
+                break;
+            }
+            admitted.push(run);
         }
         admitted
+    }
+
+    /// The next chunk of the prompt being prefilled; its first token's commit once the
+    /// whole prompt is in.
+    fn prefill_next_chunk(&mut self) -> Result<Vec<Commit>> {
+        let chunk = self.prefill_chunk.unwrap_or(usize::MAX);
+        let p = self
+            .prefilling
+            .as_mut()
+            .expect("a prompt is being prefilled");
+        match prefill_step(&mut self.model, &mut p.run.seq, &mut p.progress, chunk) {
+            Err(e) => {
+                let p = self.prefilling.take().expect("checked");
+                self.free(p.run.slot);
+                Err(e)
+            }
+            Ok(false) => Ok(Vec::new()),
+            Ok(true) => {
+                let mut p = self.prefilling.take().expect("checked");
+                let commit = take_commit(&mut p.run, 0, None);
+                if commit.finish.is_some() {
+                    self.free(p.run.slot);
+                } else {
+                    self.running.push(p.run);
+                }
+                Ok(vec![commit])
+            }
+        }
     }
 
     /// Runs one forward (a prefill batch, else a decode step or speculative round over the
     /// running batch) and reports each request's commits, in batch order. Finished requests
     /// leave the batch. Nothing to do: an empty list. On an error the caller should
     /// [`Batcher::clear`]: the running requests' caches are in an unknown state.
+    ///
+    /// While a prompt is prefilled chunk by chunk, forwards alternate between its next chunk
+    /// and the others' forward (a prefill batch or a round); a chunk's forward reports
+    /// nothing until the prompt's last chunk.
     pub fn step(&mut self) -> Result<Vec<Commit>> {
+        // a chunk, unless the last forward was one and others are waiting for their round
+        let others_turn = self.chunk_ran && !self.running.is_empty();
+        if self.prefilling.is_some() && !others_turn {
+            self.chunk_ran = true;
+            return self.prefill_next_chunk();
+        }
+        self.chunk_ran = false;
         let mut admitted = self.admit();
         let mut commits;
         if !admitted.is_empty() {
@@ -232,6 +327,9 @@ impl<M: SpecModel> Batcher<M> {
             for (r, b) in self.running.iter_mut().zip(before) {
                 commits.push(take_commit(r, b, proposed));
             }
+        } else if self.prefilling.is_some() {
+            self.chunk_ran = true;
+            return self.prefill_next_chunk();
         } else {
             return Ok(Vec::new());
         }
@@ -262,7 +360,7 @@ fn take_commit<C>(r: &mut Running<C>, before: usize, proposed: Option<u32>) -> C
     let new = &r.seq.tokens[start..];
     let stop_at = new
         .iter()
-        .position(|t| r.stop_token_ids.contains(t))
+        .position(|t| r.stop_token_ids.binary_search(t).is_ok())
         .map(|i| (i, new[i]));
     if let Some((i, _)) = stop_at {
         r.seq.tokens.truncate(start + i + 1);

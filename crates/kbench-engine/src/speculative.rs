@@ -235,25 +235,87 @@ fn prefill_chunked<M: SpecModel>(
     s: &mut Seq<M::Caches>,
     limit: usize,
 ) -> Result<(Vec<f32>, Vec<f32>)> {
-    let tokens = s.tokens.clone();
     let mut captured = Vec::new();
     let mut logits = Vec::new();
     let mut done = 0;
-    while done < tokens.len() {
-        let n = limit.min(tokens.len() - done);
-        let seg = TargetSeg {
-            tokens: tokens[done..done + n].to_vec(),
-            positions: (done..done + n).map(|p| p as u32).collect(),
-            tree: None,
-            all_logits: false,
-        };
-        let out = m.target_pass(&[&s.caches], vec![seg])?.remove(0);
-        m.target_commit(&mut s.caches, &out.kv, &(0..n).collect::<Vec<_>>())?;
-        captured.extend(out.captured);
-        logits = out.logits;
-        done += n;
+    while done < s.tokens.len() {
+        logits = target_chunk(m, s, &mut done, limit, &mut captured)?;
     }
     Ok((logits, captured))
+}
+
+/// One committed target pass over the next at most `limit` prompt tokens past `done`;
+/// appends their captured hidden states and returns the last one's logits.
+fn target_chunk<M: SpecModel>(
+    m: &mut M,
+    s: &mut Seq<M::Caches>,
+    done: &mut usize,
+    limit: usize,
+    captured: &mut Vec<f32>,
+) -> Result<Vec<f32>> {
+    let at = *done;
+    let n = limit.max(1).min(s.tokens.len() - at);
+    let seg = TargetSeg {
+        tokens: s.tokens[at..at + n].to_vec(),
+        positions: (at..at + n).map(|p| p as u32).collect(),
+        tree: None,
+        all_logits: false,
+    };
+    let out = m.target_pass(&[&s.caches], vec![seg])?.remove(0);
+    m.target_commit(&mut s.caches, &out.kv, &(0..n).collect::<Vec<_>>())?;
+    captured.extend(out.captured);
+    *done = at + n;
+    Ok(out.logits)
+}
+
+/// Where a prompt prefilled over several forwards stands: prompt tokens already in the
+/// target cache, and their captured hidden states (the draft extend needs all of them).
+#[derive(Debug, Clone, Default)]
+pub struct PrefillProgress {
+    pub done: usize,
+    captured: Vec<f32>,
+}
+
+/// Prefills the next at most `chunk` prompt tokens of `s`, so that a long prompt takes
+/// several forwards and a server can run the other requests' rounds between them (SGLang's
+/// chunked prefill). Once the whole prompt is in the cache it does what [`prefill`] does
+/// last: the first output token, then the draft extend. Returns whether the prefill is
+/// complete. The tokens are those of a one-pass prefill: each chunk attends to the cached
+/// prompt before it and causally within itself.
+pub fn prefill_step<M: SpecModel>(
+    m: &mut M,
+    s: &mut Seq<M::Caches>,
+    progress: &mut PrefillProgress,
+    chunk: usize,
+) -> Result<bool> {
+    if s.tokens.is_empty() {
+        return Err(EngineError::Invalid(format!(
+            "request {}: empty prompt",
+            s.id
+        )));
+    }
+    let limit = match m.pass_limit() {
+        Some(l) => chunk.min(l),
+        None => chunk,
+    }
+    .max(1);
+    let logits = target_chunk(m, s, &mut progress.done, limit, &mut progress.captured)?;
+    if progress.done < s.prompt_len {
+        return Ok(false);
+    }
+    let t = s.choose(&logits)?;
+    s.tokens.push(t);
+    if m.d2t().is_some() {
+        let n = s.tokens.len() - 1;
+        let seg = DraftSeg {
+            extra: Vec::new(),
+            tokens: s.tokens[1..].to_vec(),
+            hidden_in: std::mem::take(&mut progress.captured),
+            positions: (0..n as u32).collect(),
+        };
+        draft_extend_chunked(m, s, seg, limit)?;
+    }
+    Ok(true)
 }
 
 /// Draft extend in one pass: per sequence `seqs[i]`, entries (captured hidden, next token,

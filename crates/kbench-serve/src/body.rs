@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, HttpBody as _};
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -12,11 +12,15 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 /// Reads and parses a JSON body.
-pub async fn read_json<T: DeserializeOwned>(
+pub async fn read_json<T: DeserializeOwned + Send + 'static>(
     state: &Arc<AppState>,
     body: Body,
 ) -> Result<T, ApiError> {
     let limit = state.limits.max_body_bytes;
+    // a declared length over the limit is refused at once, before waiting for any of it
+    if body.size_hint().lower() > limit as u64 {
+        return Err(ApiError::too_large(limit));
+    }
     let limited = http_body_util::Limited::new(body, limit);
     let bytes = match tokio::time::timeout(state.limits.read_timeout, limited.collect()).await {
         Err(_) => return Err(ApiError::timeout("the request body")),
@@ -37,8 +41,7 @@ pub async fn read_json<T: DeserializeOwned>(
             "the request body is empty (expected JSON)",
         ));
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))
+    crate::offload::parse_json(state, bytes).await
 }
 
 /// `stop` as a string or a list of strings.
@@ -68,12 +71,31 @@ pub enum Prompt {
     IdLists(Vec<Vec<u32>>),
 }
 
+/// SGLang's `input_ids`: token ids only, never text.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum InputIds {
+    Ids(Vec<u32>),
+    IdLists(Vec<Vec<u32>>),
+}
+
+impl From<InputIds> for Prompt {
+    fn from(ids: InputIds) -> Prompt {
+        match ids {
+            InputIds::Ids(v) => Prompt::Ids(v),
+            InputIds::IdLists(v) => Prompt::IdLists(v),
+        }
+    }
+}
+
 impl Prompt {
-    pub fn ids(self, state: &AppState) -> Result<Vec<u32>, ApiError> {
+    pub async fn ids(self, state: &Arc<AppState>) -> Result<Vec<u32>, ApiError> {
         match self {
-            Prompt::Text(t) => state.codec.encode(&t),
+            Prompt::Text(t) => crate::offload::encode(state, t).await,
             Prompt::Ids(ids) => Ok(ids),
-            Prompt::Texts(mut v) if v.len() == 1 => state.codec.encode(&v.remove(0)),
+            Prompt::Texts(mut v) if v.len() == 1 => {
+                crate::offload::encode(state, v.remove(0)).await
+            }
             Prompt::IdLists(mut v) if v.len() == 1 => Ok(v.remove(0)),
             _ => Err(ApiError::bad_request(
                 "batched prompts are not supported: send one prompt per request",

@@ -1,10 +1,15 @@
 //! The engine worker: a thread that owns the model and runs the [`Batcher`]'s forwards back
 //! to back while requests are running, streaming each request's commits as they happen.
+//!
+//! Before serving it times a prefill on the loaded model, so that the longest prompt it
+//! accepts is what it can prefill in [`PREFILL_BUDGET`] on this machine: a CPU engine takes
+//! seconds per thousand tokens, and a prompt the context allows could hold its slot for hours.
 
 use kbench_core::error_chain::Chain;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use kbench_core::verify::SamplingParams;
 use kbench_engine::batcher::{self, Batcher, SeqParams};
@@ -23,13 +28,59 @@ pub struct EngineLoad {
     pub device: Device,
     pub spec: Option<SpecSettings>,
     pub max_running: usize,
+    /// SGLang's `--chunked-prefill-size`: prompts longer than this are prefilled a chunk per
+    /// forward, with the running requests' rounds between chunks; `None`: in one forward.
+    pub prefill_chunk: Option<usize>,
+    /// The longest prompt accepted; `None`: measured at load ([`max_prompt_for`]).
+    pub max_prompt_tokens: Option<usize>,
+    /// Prompt plus output: the measured bound never exceeds it.
+    pub context_length: usize,
+}
+
+/// How long a prompt's whole prefill may take on this engine, by default: long enough for
+/// the prompts a CPU engine's users test with (thousands of tokens), short enough that a
+/// client's timeout (60 s in most) outlasts it.
+pub const PREFILL_BUDGET: Duration = Duration::from_secs(30);
+
+/// The prompt the load-time timing prefills (one forward, unchunked by any default chunk).
+pub const PROBE_TOKENS: usize = 256;
+
+/// What the worker measured and settled on before serving.
+pub struct EngineReady {
+    pub handle: WorkerHandle,
+    pub max_prompt_tokens: usize,
+    /// `None` when `--max-prompt-tokens` was given and nothing was timed.
+    pub probe: Option<PrefillProbe>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrefillProbe {
+    pub tokens: usize,
+    pub took: Duration,
+}
+
+/// The longest prompt whose prefill fits `budget`, from one timed prefill of `probe.tokens`,
+/// assuming time grows with the square of the prompt: attention's work does once it
+/// dominates, and the linear layers' grows slower, so the bound errs short. At least the
+/// probe's length, at most `context - 1` (room for one output token), in multiples of 64.
+pub fn max_prompt_for(probe: PrefillProbe, budget: Duration, context: usize) -> usize {
+    let ceiling = context.saturating_sub(1).max(1);
+    let took = probe.took.as_secs_f64().max(1e-6);
+    let scale = (budget.as_secs_f64() / took).sqrt();
+    let n = probe.tokens as f64 * scale;
+    let n = if n.is_finite() && n < ceiling as f64 {
+        (n as usize / 64 * 64).max(probe.tokens)
+    } else {
+        ceiling
+    };
+    n.min(ceiling)
 }
 
 /// Starts the worker thread. The model loads on it (a GPU context stays on the thread that
 /// made it); a loading error is returned here, before anything is served.
-pub fn spawn(how: EngineLoad) -> Result<WorkerHandle, ServeError> {
+pub fn spawn(how: EngineLoad) -> Result<EngineReady, ServeError> {
     let (tx, rx) = mpsc::channel();
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), EngineError>>();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<Bound, EngineError>>();
     let load = Arc::new(Load::default());
     let published = load.clone();
     std::thread::Builder::new()
@@ -39,12 +90,9 @@ pub fn spawn(how: EngineLoad) -> Result<WorkerHandle, ServeError> {
             match how.device {
                 Device::Cpu => match Model::load(&how.model_dir, draft, Device::Cpu) {
                     Ok(model) => {
-                        let _ = ready_tx.send(Ok(()));
-                        run(
-                            Batcher::new(model.models(), how.spec, how.max_running),
-                            rx,
-                            &published,
-                        );
+                        let batcher = Batcher::new(model.models(), how.spec, how.max_running)
+                            .with_prefill_chunk(how.prefill_chunk);
+                        serve(batcher, &how, rx, &published, ready_tx);
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -55,12 +103,9 @@ pub fn spawn(how: EngineLoad) -> Result<WorkerHandle, ServeError> {
                     opts.max_batch = how.max_running.max(1);
                     match CudaModel::load(&how.model_dir, draft, &opts) {
                         Ok(mut model) => {
-                            let _ = ready_tx.send(Ok(()));
-                            run(
-                                Batcher::new(&mut model, how.spec, how.max_running),
-                                rx,
-                                &published,
-                            );
+                            let batcher = Batcher::new(&mut model, how.spec, how.max_running)
+                                .with_prefill_chunk(how.prefill_chunk);
+                            serve(batcher, &how, rx, &published, ready_tx);
                         }
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
@@ -71,12 +116,84 @@ pub fn spawn(how: EngineLoad) -> Result<WorkerHandle, ServeError> {
         })
         .map_err(|e| ServeError::Io("starting the engine thread".into(), e))?;
     match ready_rx.recv() {
-        Ok(Ok(())) => Ok(WorkerHandle::new(tx, load)),
+        Ok(Ok(bound)) => Ok(EngineReady {
+            handle: WorkerHandle::new(tx, load),
+            max_prompt_tokens: bound.max_prompt_tokens,
+            probe: bound.probe,
+        }),
         Ok(Err(e)) => Err(ServeError::Engine(e)),
         Err(_) => Err(ServeError::Worker(
             "the engine thread stopped while loading the model".into(),
         )),
     }
+}
+
+struct Bound {
+    max_prompt_tokens: usize,
+    probe: Option<PrefillProbe>,
+}
+
+/// Settles the prompt bound (timing a prefill unless it was given), reports it, then serves.
+fn serve<M: SpecModel>(
+    mut batcher: Batcher<M>,
+    how: &EngineLoad,
+    rx: mpsc::Receiver<Control>,
+    load: &Load,
+    ready: mpsc::Sender<Result<Bound, EngineError>>,
+) {
+    let bound = match how.max_prompt_tokens {
+        Some(n) => Ok(Bound {
+            max_prompt_tokens: n,
+            probe: None,
+        }),
+        None => probe(&mut batcher, how.context_length).map(|p| Bound {
+            max_prompt_tokens: max_prompt_for(p, PREFILL_BUDGET, how.context_length),
+            probe: Some(p),
+        }),
+    };
+    let failed = bound.is_err();
+    let _ = ready.send(bound);
+    if !failed {
+        run(batcher, rx, load);
+    }
+}
+
+/// Times a [`PROBE_TOKENS`]-token prefill (its first token and draft extend included), the
+/// faster of two after a short warm-up (first calls pay for allocations and, on a GPU,
+/// kernel loads).
+fn probe<M: SpecModel>(
+    batcher: &mut Batcher<M>,
+    context: usize,
+) -> Result<PrefillProbe, EngineError> {
+    let vocab = batcher.vocab().max(1);
+    let tokens = PROBE_TOKENS.min(context.saturating_sub(1)).max(1);
+    let mut once = |id: u64, n: usize| -> Result<Duration, EngineError> {
+        let prompt = (0..n).map(|i| ((i * 7 + 3) % vocab) as u32).collect();
+        let params = SeqParams {
+            max_new: 1,
+            sampling: SamplingParams {
+                temperature: 0.0,
+                top_k: 0,
+                top_p: 1.0,
+            },
+            seed: 0,
+            stream: 0,
+            stop_token_ids: Vec::new(),
+        };
+        batcher.submit(id, prompt, params)?;
+        let started = Instant::now();
+        // one forward prefills and finishes it; bounded in case a device splits it
+        for _ in 0..64 {
+            if batcher.is_idle() {
+                break;
+            }
+            batcher.step()?;
+        }
+        Ok(started.elapsed())
+    };
+    once(u64::MAX, tokens.min(16))?;
+    let took = once(u64::MAX - 1, tokens)?.min(once(u64::MAX - 2, tokens)?);
+    Ok(PrefillProbe { tokens, took })
 }
 
 fn run<M: SpecModel>(mut batcher: Batcher<M>, rx: mpsc::Receiver<Control>, load: &Load) {
@@ -190,5 +307,30 @@ fn commit_of(c: &batcher::Commit) -> Commit {
             batcher::Finish::Stop(t) => Finish::StopToken(t),
         }),
         virtual_ns: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(ms: u64) -> PrefillProbe {
+        PrefillProbe {
+            tokens: 256,
+            took: Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn the_bound_grows_with_the_square_root_of_the_budget() {
+        // 256 tokens in 120 ms: 30 s is 250x, sqrt 15.8 -> 4,047, down to a multiple of 64
+        assert_eq!(max_prompt_for(probe(120), PREFILL_BUDGET, 262_144), 4032);
+        // a fast device reaches the context
+        assert_eq!(max_prompt_for(probe(1), PREFILL_BUDGET, 32_768), 32_767);
+        // a probe slower than the budget still accepts what it timed
+        assert_eq!(max_prompt_for(probe(60_000), PREFILL_BUDGET, 8192), 256);
+        // and never more than the context holds
+        assert_eq!(max_prompt_for(probe(60_000), PREFILL_BUDGET, 100), 99);
+        assert_eq!(max_prompt_for(probe(0), PREFILL_BUDGET, 4096), 4095);
     }
 }

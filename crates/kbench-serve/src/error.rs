@@ -63,6 +63,21 @@ impl ApiError {
         }
     }
 
+    /// Beyond what the server prefills in bounded time, though the context may hold it.
+    pub fn prompt_too_long(prompt: usize, max: usize) -> ApiError {
+        ApiError {
+            code: Some("prompt_too_long"),
+            param: Some("prompt"),
+            ..ApiError::bad_request(format!(
+                "The prompt has {prompt} tokens; this server accepts prompts of at most {max} \
+                 tokens (its --max-prompt-tokens: by default what the engine prefills in {} s \
+                 on this machine). Shorten the prompt, or restart the server with a larger \
+                 --max-prompt-tokens.",
+                crate::engine::PREFILL_BUDGET.as_secs()
+            ))
+        }
+    }
+
     pub fn unauthorized() -> ApiError {
         ApiError {
             code: Some("invalid_api_key"),

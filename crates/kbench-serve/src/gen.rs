@@ -13,6 +13,17 @@ use crate::state::{AppState, InFlight};
 use crate::stats::Finished;
 use crate::worker::{Event, Finish, Job, JobParams};
 
+/// Most stop strings one request may give, and the longest: every chunk is matched against
+/// each of them, on the runtime's threads. OpenAI's API takes 4; vLLM's TGIS-compatible gRPC
+/// front end caps 6 of 240 characters (`vllm/entrypoints/grpc/validation.py` in IBM's
+/// vllm fork); SGLang and vLLM's OpenAI servers set no cap. 64 leaves every client we know
+/// room while bounding a chunk's matching to 64 x 240 bytes.
+pub const MAX_STOP_STRINGS: usize = 64;
+pub const MAX_STOP_BYTES: usize = 240;
+/// Stop token ids are searched once per committed token (sorted, so the count costs little);
+/// the cap keeps a request's own size bounded.
+pub const MAX_STOP_TOKEN_IDS: usize = 1024;
+
 /// A request, whatever endpoint it came through.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenRequest {
@@ -134,6 +145,9 @@ impl Generation {
                 ApiError::bad_request("max_tokens must be at least 1").with_param("max_tokens")
             );
         }
+        if let Some(max) = m.max_prompt_tokens.filter(|&max| req.prompt.len() > max) {
+            return Err(ApiError::prompt_too_long(req.prompt.len(), max));
+        }
         if req.prompt.len() + req.max_new as usize > m.context_length {
             return Err(ApiError::context_length(
                 m.context_length,
@@ -162,6 +176,27 @@ impl Generation {
         }
         if req.stop.iter().any(String::is_empty) {
             return Err(ApiError::bad_request("a stop string is empty").with_param("stop"));
+        }
+        if req.stop.len() > MAX_STOP_STRINGS {
+            return Err(ApiError::bad_request(format!(
+                "{} stop strings: at most {MAX_STOP_STRINGS} are accepted",
+                req.stop.len()
+            ))
+            .with_param("stop"));
+        }
+        if let Some(s) = req.stop.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+            return Err(ApiError::bad_request(format!(
+                "a stop string of {} bytes: at most {MAX_STOP_BYTES} are accepted",
+                s.len()
+            ))
+            .with_param("stop"));
+        }
+        if req.stop_token_ids.len() > MAX_STOP_TOKEN_IDS {
+            return Err(ApiError::bad_request(format!(
+                "{} stop token ids: at most {MAX_STOP_TOKEN_IDS} are accepted",
+                req.stop_token_ids.len()
+            ))
+            .with_param("stop_token_ids"));
         }
         let slot = InFlight::acquire(state)
             .ok_or_else(|| ApiError::too_many(state.limits.max_in_flight))?;
@@ -338,8 +373,10 @@ impl Generation {
         let mut hold = 0;
         for s in &self.stop {
             let s = s.as_bytes();
-            for n in (1..s.len()).rev() {
-                if n <= d.len() && d[d.len() - n..] == s[..n] {
+            let Some(&last) = d.last() else { break };
+            for n in (hold + 1..s.len()).rev() {
+                // the byte compare first: most lengths fail on it
+                if n <= d.len() && s[n - 1] == last && d[d.len() - n..] == s[..n] {
                     hold = hold.max(n);
                     break;
                 }

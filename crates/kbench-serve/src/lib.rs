@@ -8,7 +8,8 @@
 //! - [`gen`]: one request followed from submission to its last chunk.
 //! - [`sglang`], [`openai`]: the endpoints; [`stream`]: SSE and whole answers;
 //!   [`routes`]: the router and the API-key check; [`listen`]: the accept loop;
-//!   [`reqlog`]: `--log-requests`.
+//!   [`protocol_errors`]: JSON bodies for hyper's own parse-error answers;
+//!   [`reqlog`]: `--log-requests`; [`offload`]: parsing and tokenizing off the runtime.
 //! - [`stats`]: counters for `/metrics` and `/get_server_info`; [`faults`]: fault injection.
 
 pub mod body;
@@ -18,7 +19,9 @@ pub mod error;
 pub mod faults;
 pub mod gen;
 pub mod listen;
+pub mod offload;
 pub mod openai;
+pub mod protocol_errors;
 pub mod reqlog;
 pub mod routes;
 pub mod sglang;
@@ -37,7 +40,7 @@ use tokio::sync::watch;
 
 pub use error::{ApiError, ServeError};
 pub use faults::{FaultKind, Faults};
-pub use state::{Limits, ModelInfo};
+pub use state::{Answering, Limits, ModelInfo};
 pub use text::TextCodec;
 
 /// What generates the tokens.
@@ -56,12 +59,7 @@ pub struct ServeConfig {
     pub server_info: Value,
     pub limits: Limits,
     pub faults: Faults,
-    pub api_key: Option<String>,
-    /// Seeds sampling for requests that give no seed.
-    pub seed: u64,
-    pub per_request_spec_metrics: Option<state::PerRequestSpecMetrics>,
-    /// `--log-requests`.
-    pub log_requests: bool,
+    pub answering: Answering,
 }
 
 /// A running server.
@@ -70,15 +68,32 @@ pub struct Server {
     stop: watch::Sender<bool>,
     thread: Option<JoinHandle<()>>,
     worker: worker::WorkerHandle,
+    max_prompt_tokens: Option<usize>,
+    probe: Option<engine::PrefillProbe>,
 }
 
 /// Loads the model (or starts the simulator), binds, and serves on a thread of its own.
 pub fn start(cfg: ServeConfig) -> Result<Server, ServeError> {
     cfg.faults.validate().map_err(ServeError::Config)?;
+    let mut model = cfg.model;
+    let mut server_info = cfg.server_info;
+    let mut probe = None;
     let worker = match cfg.source {
-        Source::Engine(how) => engine::spawn(how)?,
+        Source::Engine(how) => {
+            let ready = engine::spawn(how)?;
+            model.max_prompt_tokens = Some(ready.max_prompt_tokens);
+            probe = ready.probe;
+            ready.handle
+        }
         Source::Sim(w) => sim::spawn(w)?,
     };
+    if let Value::Object(info) = &mut server_info {
+        info.insert(
+            "max_prompt_tokens".into(),
+            serde_json::json!(model.max_prompt_tokens),
+        );
+    }
+    let max_prompt_tokens = model.max_prompt_tokens;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("kbench-serve")
@@ -92,16 +107,13 @@ pub fn start(cfg: ServeConfig) -> Result<Server, ServeError> {
         .local_addr()
         .map_err(|e| ServeError::Io("reading the bound address".into(), e))?;
     let state = state::AppState::new(
-        cfg.model,
-        cfg.server_info,
+        model,
+        server_info,
         worker.clone(),
         cfg.codec,
         cfg.limits,
         cfg.faults,
-        cfg.api_key,
-        cfg.seed,
-        cfg.per_request_spec_metrics,
-        cfg.log_requests,
+        cfg.answering,
     );
     let (stop, stopped) = watch::channel(false);
     let thread = std::thread::Builder::new()
@@ -117,12 +129,24 @@ pub fn start(cfg: ServeConfig) -> Result<Server, ServeError> {
         stop,
         thread: Some(thread),
         worker,
+        max_prompt_tokens,
+        probe,
     })
 }
 
 impl Server {
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The longest prompt accepted (`None`: as long as the context allows).
+    pub fn max_prompt_tokens(&self) -> Option<usize> {
+        self.max_prompt_tokens
+    }
+
+    /// The engine's load-time prefill timing that set [`Server::max_prompt_tokens`].
+    pub fn prefill_probe(&self) -> Option<engine::PrefillProbe> {
+        self.probe
     }
 
     /// Stops accepting, lets running requests finish (within the drain bound), stops the

@@ -1,4 +1,5 @@
-//! The accept loop: one task per connection (HTTP/1.1 with keep-alive), a deadline on each
+//! The accept loop: one task per connection (HTTP/1.1 with keep-alive; hyper's own parse errors
+//! answered as JSON, [`crate::protocol_errors`]), a deadline on each
 //! request's headers so slow or idle clients cannot hold the server, and a graceful stop:
 //! no new connections, running requests drained within a bound.
 
@@ -11,6 +12,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::protocol_errors::JsonProtocolErrors;
 use crate::state::AppState;
 
 pub async fn serve(listener: TcpListener, state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
@@ -36,7 +38,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, mut stop: watch:
                 .timer(TokioTimer::new())
                 .header_read_timeout(timeout)
                 .keep_alive(true)
-                .serve_connection(TokioIo::new(socket), service)
+                .serve_connection(JsonProtocolErrors::new(TokioIo::new(socket)), service)
                 .await;
         });
     }

@@ -173,12 +173,15 @@ async fn start(
             ApiError::bad_request("`messages` is required").with_param("messages")
         })?;
         let text = chat::render(&messages)?;
-        (state.codec.encode(&text)?, DEFAULT_CHAT_TOKENS)
+        (
+            crate::offload::encode(state, text).await?,
+            DEFAULT_CHAT_TOKENS,
+        )
     } else {
         let prompt: Prompt = take(&mut fields, "prompt")?
             .ok_or_else(|| ApiError::bad_request("`prompt` is required").with_param("prompt"))?;
         only("echo", take::<bool>(&mut fields, "echo")?, false)?;
-        (prompt.ids(state)?, DEFAULT_COMPLETION_TOKENS)
+        (prompt.ids(state).await?, DEFAULT_COMPLETION_TOKENS)
     };
     let mut common: Common = serde_json::from_value(Value::Object(fields))
         .map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))?;
@@ -337,6 +340,7 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
             "root": m.model_path,
             "parent": null,
             "max_model_len": m.context_length,
+            "max_prompt_tokens": m.max_prompt_tokens,
         }]
     }))
     .into_response()

@@ -66,7 +66,35 @@ async fn require_key(State(state): State<Arc<AppState>>, request: Request, next:
     next.run(request).await
 }
 
-/// Compares in time that depends on the lengths only.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Compares `given` with `key` in time that depends on the key's length alone: every key
+/// byte is compared whatever the given length, so neither the bytes nor the length of a
+/// wrong key show in the answer's timing.
+fn same(given: &[u8], key: &[u8]) -> bool {
+    let mut diff = u64::from(given.len() != key.len());
+    for (i, k) in key.iter().enumerate() {
+        let g = given.get(i).copied().unwrap_or(!k);
+        diff |= u64::from(std::hint::black_box(g ^ k));
+    }
+    diff == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same;
+
+    #[test]
+    fn only_the_key_itself_passes() {
+        assert!(same(b"secret", b"secret"));
+        for wrong in [
+            &b""[..],
+            b"s",
+            b"secreT",
+            b"secret!",
+            b"secretsecret",
+            b"xecret",
+        ] {
+            assert!(!same(wrong, b"secret"), "{wrong:?}");
+        }
+        assert!(same(b"", b""));
+    }
 }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::body::{only, read_json, top_k, OneOrMany, Prompt};
+use crate::body::{only, read_json, top_k, InputIds, OneOrMany, Prompt};
 use crate::error::ApiError;
 use crate::gen::{Delta, GenRequest, Generation};
 use crate::reqlog::RequestLog;
@@ -27,7 +27,8 @@ const DEFAULT_MAX_NEW_TOKENS: u32 = 128;
 #[serde(deny_unknown_fields)]
 pub struct GenerateBody {
     text: Option<Prompt>,
-    input_ids: Option<Prompt>,
+    /// Read as [`InputIds`] once the body parsed, so that text here gets its own message.
+    input_ids: Option<Value>,
     #[serde(default)]
     sampling_params: SamplingParams,
     stream: Option<bool>,
@@ -155,7 +156,17 @@ async fn start_generate(
                 "give `text` or `input_ids`, not both",
             ))
         }
-        (Some(p), None) | (None, Some(p)) => p.ids(state)?,
+        (Some(p), None) => p.ids(state).await?,
+        (None, Some(ids)) => {
+            let ids: InputIds = serde_json::from_value(ids).map_err(|_| {
+                ApiError::bad_request(
+                    "`input_ids` must be token ids: a list of non-negative integers (or one \
+                     such list in a list); send text as `text`",
+                )
+                .with_param("input_ids")
+            })?;
+            Prompt::from(ids).ids(state).await?
+        }
         (None, None) => return Err(ApiError::bad_request("give `text` or `input_ids`")),
     };
     let req = b
@@ -171,6 +182,7 @@ async fn start_generate(
     let format = GenerateFormat {
         rid,
         speculative: state.model.draft_positions > 0,
+        incremental: state.incremental_streaming_output,
     };
     Ok(if b.stream.unwrap_or(false) {
         stream::sse(gen, format, fault)
@@ -182,10 +194,13 @@ async fn start_generate(
 struct GenerateFormat {
     rid: String,
     speculative: bool,
+    /// `--incremental-streaming-output`: a stream's chunks carry only what they add.
+    incremental: bool,
 }
 
 impl GenerateFormat {
-    fn body(&self, gen: &Generation, virtual_ns: Option<u64>) -> Value {
+    /// The answer so far, or (`delta`) what this chunk adds to it, with the meta_info of now.
+    fn body(&self, gen: &Generation, delta: Option<&Delta>, virtual_ns: Option<u64>) -> Value {
         let mut meta = Map::new();
         meta.insert("id".into(), json!(self.rid));
         meta.insert(
@@ -218,9 +233,13 @@ impl GenerateFormat {
                 .unwrap_or(0);
             meta.insert("kbench_sent_unix_ns".into(), json!(sent));
         }
+        let (text, output_ids) = match delta {
+            Some(d) => (&d.text, &d.ids),
+            None => (&gen.text, &gen.output_ids),
+        };
         json!({
-            "text": gen.text,
-            "output_ids": gen.output_ids,
+            "text": text,
+            "output_ids": output_ids,
             "meta_info": meta,
             "index": 0,
         })
@@ -246,11 +265,12 @@ pub fn spec_fields(gen: &Generation, meta: &mut Map<String, Value>) {
 
 impl Format for GenerateFormat {
     fn chunk(&mut self, gen: &Generation, delta: &Delta) -> Vec<Value> {
-        vec![self.body(gen, delta.virtual_ns)]
+        let part = self.incremental.then_some(delta);
+        vec![self.body(gen, part, delta.virtual_ns)]
     }
 
     fn whole(&mut self, gen: &Generation) -> Value {
-        self.body(gen, None)
+        self.body(gen, None, None)
     }
 }
 

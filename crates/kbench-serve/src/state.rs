@@ -56,10 +56,28 @@ pub struct ModelInfo {
     pub model_path: String,
     pub tokenizer_path: Option<String>,
     pub context_length: usize,
+    /// The longest prompt accepted, below the context where the engine could not prefill
+    /// more in bounded time (`--max-prompt-tokens`, else measured at load); `None`: the
+    /// context is the only bound.
+    pub max_prompt_tokens: Option<usize>,
     pub vocab: usize,
     pub eos_token_id: Option<u32>,
     /// `num_draft_tokens - 1` when speculating (positions of vLLM's per-position counter).
     pub draft_positions: usize,
+}
+
+/// How requests are answered, beyond the model and the limits.
+#[derive(Debug, Clone, Default)]
+pub struct Answering {
+    pub api_key: Option<String>,
+    /// Seeds sampling for requests that give no seed.
+    pub seed: u64,
+    pub per_request_spec_metrics: Option<PerRequestSpecMetrics>,
+    /// `--log-requests`.
+    pub log_requests: bool,
+    /// SGLang's `--incremental-streaming-output` (formerly `--stream-output`): each chunk of a
+    /// `/generate` stream carries only its new text and ids, not the output so far.
+    pub incremental_streaming_output: bool,
 }
 
 pub struct AppState {
@@ -81,10 +99,13 @@ pub struct AppState {
     pub per_request_spec_metrics: Option<PerRequestSpecMetrics>,
     /// `--log-requests`: one stderr line per finished request ([`crate::reqlog`]).
     pub log_requests: bool,
+    pub incremental_streaming_output: bool,
+    /// Bodies parsed and prompts tokenized at once ([`crate::offload`]): one per core, so a
+    /// burst of huge prompts queues rather than taking every core and gigabytes at once.
+    pub heavy_work: tokio::sync::Semaphore,
 }
 
 impl AppState {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         model: ModelInfo,
         server_info: Value,
@@ -92,10 +113,7 @@ impl AppState {
         codec: TextCodec,
         limits: Limits,
         faults: Faults,
-        api_key: Option<String>,
-        default_seed: u64,
-        per_request_spec_metrics: Option<PerRequestSpecMetrics>,
-        log_requests: bool,
+        answering: Answering,
     ) -> Arc<AppState> {
         Arc::new(AppState {
             model,
@@ -105,13 +123,17 @@ impl AppState {
             stats: Stats::default(),
             limits,
             faults,
-            api_key,
+            api_key: answering.api_key,
             in_flight: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
             started: Instant::now(),
-            default_seed,
-            per_request_spec_metrics,
-            log_requests,
+            default_seed: answering.seed,
+            per_request_spec_metrics: answering.per_request_spec_metrics,
+            log_requests: answering.log_requests,
+            incremental_streaming_output: answering.incremental_streaming_output,
+            heavy_work: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ),
         })
     }
 

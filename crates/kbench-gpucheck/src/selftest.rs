@@ -2,11 +2,11 @@
 //! outputs poisoned (0xFF bytes: NaN / -1) before each launch, relative-error bounds per dtype.
 //! Used by `tests/gpu.rs` (cargo test) and by `kbench-gpu selftest` (scripts/gpu-check.sh).
 
-use crate::bf16;
-use crate::device::CudaDevice;
-use crate::ops::{self, MlaShape, MoeConfig, MoeScratch, MoeWeights};
-use crate::reference as r;
 use kbench_core::error_chain::Chain;
+use kbench_cuda::bf16;
+use kbench_cuda::device::CudaDevice;
+use kbench_cuda::ops::{self, MlaShape, MoeConfig, MoeScratch, MoeWeights};
+use kbench_cuda::reference as r;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
@@ -75,7 +75,7 @@ fn small() -> bool {
 }
 
 /// A CUDA error as a failed check's message, with its sources.
-fn e(x: crate::CudaError) -> String {
+fn e(x: kbench_cuda::CudaError) -> String {
     Chain(&x).to_string()
 }
 fn check_err(what: &str, err: f64, tol: f64) -> TResult {
@@ -310,7 +310,7 @@ impl LinCase {
         yref
     }
     /// Enqueue the linear on `blas` into `y`.
-    fn run(&self, blas: &crate::Blas, dx: u64, dw: u64, y: u64) -> crate::Result<()> {
+    fn run(&self, blas: &kbench_cuda::Blas, dx: u64, dw: u64, y: u64) -> kbench_cuda::Result<()> {
         blas.bf16_linear(
             dx,
             self.ldx(),
@@ -334,7 +334,7 @@ impl LinCase {
         dev: &CudaDevice,
         yref: &[f32],
         what: &str,
-        run: &dyn Fn(u64) -> crate::Result<()>,
+        run: &dyn Fn(u64) -> kbench_cuda::Result<()>,
     ) -> TResult {
         let (m, bn, ldy) = (self.m, self.batch * self.n, self.ldy());
         let (y, poisoned): (Vec<f32>, Vec<bool>) = if self.f32o {
@@ -370,10 +370,10 @@ impl LinCase {
 
 fn t_cublas_linear(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     // an absent libcublas is a configuration, not a failure; a failing handle is a failure
-    if let Err(why) = crate::blas::cublas_status() {
+    if let Err(why) = kbench_cuda::blas::cublas_status() {
         return Ok(format!("{SKIPPED}{why}"));
     }
-    let blas = crate::Blas::new(dev).map_err(e)?;
+    let blas = kbench_cuda::Blas::new(dev).map_err(e)?;
     let cases = [
         // decode row, lm_head-like N
         LinCase {
@@ -424,7 +424,7 @@ fn t_cublas_linear(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let mut out = vec![format!(
         "{} (workspace {} MiB)",
         blas.version,
-        crate::blas::WORKSPACE_BYTES >> 20
+        kbench_cuda::blas::WORKSPACE_BYTES >> 20
     )];
     for (ci, c) in cases.iter().enumerate() {
         if small() && c.m * c.n * c.k * c.batch > 50_000_000 {
@@ -458,12 +458,12 @@ fn t_cublas_linear(dev: &CudaDevice, rng: &mut Rand) -> TResult {
 pub struct RandMoe {
     pub w13: Vec<QLinear>,
     pub w2: Vec<QLinear>,
-    pub dw13: crate::DBuf<u32>,
-    pub ds13: crate::DBuf<u16>,
-    pub dw2: crate::DBuf<u32>,
-    pub ds2: crate::DBuf<u16>,
+    pub dw13: kbench_cuda::DBuf<u32>,
+    pub ds13: kbench_cuda::DBuf<u16>,
+    pub dw2: kbench_cuda::DBuf<u32>,
+    pub ds2: kbench_cuda::DBuf<u16>,
 }
-pub fn rand_moe(dev: &CudaDevice, rng: &mut Rand, c: &MoeConfig) -> crate::Result<RandMoe> {
+pub fn rand_moe(dev: &CudaDevice, rng: &mut Rand, c: &MoeConfig) -> kbench_cuda::Result<RandMoe> {
     let (mut w13, mut w2) = (vec![], vec![]);
     for _ in 0..c.n_experts {
         w13.push(rand_qlinear(rng, 2 * c.inter, c.hidden));
@@ -1025,7 +1025,7 @@ fn t_graph(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let dw = dev.upload(&bf16::vec_from(&w)).map_err(e)?;
     let dn = dev.alloc::<u16>(rows * 2 * d).map_err(e)?;
     let dy = dev.alloc_poison::<u16>(rows * d).map_err(e)?;
-    let run = || -> crate::Result<()> {
+    let run = || -> kbench_cuda::Result<()> {
         ops::rmsnorm(
             dev,
             dx.ptr(),
@@ -1059,7 +1059,7 @@ fn t_graph(dev: &CudaDevice, rng: &mut Rand) -> TResult {
 fn t_comm(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let x = bf16::vec_from(&rng.vec(4096, 1.0));
     let d = dev.upload(&x).map_err(e)?;
-    let c = crate::comm::TpComm::single();
+    let c = kbench_cuda::comm::TpComm::single();
     c.all_reduce_bf16(dev, d.ptr(), x.len()).map_err(e)?;
     if dev.download(&d).map_err(e)? != x {
         return Err("world-size-1 all-reduce changed the data".into());
@@ -1068,7 +1068,7 @@ fn t_comm(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     if small() {
         return Ok(msg + "; NCCL skipped (small mode)");
     }
-    match crate::comm::TpComm::nccl_single(dev) {
+    match kbench_cuda::comm::TpComm::nccl_single(dev) {
         Ok(c) => {
             c.all_reduce_bf16(dev, d.ptr(), x.len()).map_err(e)?;
             if dev.download(&d).map_err(e)? != x {

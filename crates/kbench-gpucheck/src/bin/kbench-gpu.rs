@@ -6,7 +6,8 @@
 //!   kbench-gpu stack [--layers 3] [--context 2048] [--batches 1,2,4,8,16,32,64] [--reps 10] [--profile FILE]
 //! Exit status: 0 ok, 1 failures, 2 usage, 3 skipped (no CUDA device: nothing was checked).
 use kbench_core::error_chain::Chain;
-use kbench_cuda::{bench, check_kernels, device, selftest, CudaDevice, CudaError};
+use kbench_cuda::{check_kernels, device, CudaDevice, CudaError};
+use kbench_gpucheck::{bench, selftest};
 use std::process::ExitCode;
 
 /// A check that needs a GPU found none: not a pass (it checked nothing), not a failure.

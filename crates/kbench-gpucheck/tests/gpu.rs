@@ -9,7 +9,7 @@ fn gpu_kernels_match_cpu_reference() {
     // run on purpose where there is no GPU, it fails: it would have checked nothing
     let dev = kbench_cuda::CudaDevice::new(0).expect("a CUDA device (this test needs a GPU)");
     let filter = std::env::var("KBENCH_GPU_TEST").unwrap_or_default();
-    let res = kbench_cuda::selftest::run(&dev, &filter, 1);
+    let res = kbench_gpucheck::selftest::run(&dev, &filter, 1);
     let mut bad = 0;
     for r in &res {
         eprintln!(

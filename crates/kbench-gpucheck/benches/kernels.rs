@@ -2,7 +2,8 @@
 //! in the same run printed first. Without a GPU: prints "skipped: no CUDA device" and exits.
 //! KBENCH_BENCH_QUICK=1 runs the short set (what scripts/gpu-check.sh uses).
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use kbench_cuda::{bench, CudaDevice};
+use kbench_cuda::CudaDevice;
+use kbench_gpucheck::bench;
 use std::time::Duration;
 
 fn kernels(c: &mut Criterion) {

@@ -5,14 +5,14 @@
 //! dense projections on cuBLAS where it loads) for decode and verify, written as a calibration
 //! profile.
 
-use crate::bf16;
-use crate::blas::Blas;
-use crate::device::{CudaDevice, DBuf};
-use crate::error::Result;
-use crate::linear::Linear;
-use crate::ops::{self, MlaShape, MoeConfig, MoeScratch, MoeWeights};
 use crate::selftest::Rand;
 use kbench_core::error_chain::Chain;
+use kbench_cuda::bf16;
+use kbench_cuda::blas::Blas;
+use kbench_cuda::device::{CudaDevice, DBuf};
+use kbench_cuda::ops::{self, MlaShape, MoeConfig, MoeScratch, MoeWeights};
+use kbench_cuda::Linear;
+use kbench_cuda::Result;
 use std::fmt::Write as _;
 
 /// One timed case.
@@ -667,10 +667,10 @@ pub fn layer_stack(
             Chain(e).to_string().replace('\n', " ")
         ),
     };
-    let yarn = crate::reference::kimi_k25_yarn();
-    let (inv, msc) = crate::reference::yarn_inv_freq(&yarn, 64);
+    let yarn = kbench_cuda::reference::kimi_k25_yarn();
+    let (inv, msc) = kbench_cuda::reference::yarn_inv_freq(&yarn, 64);
     let dinv = dev.upload(&inv)?;
-    let scale = crate::reference::mla_softmax_scale(QK, &yarn);
+    let scale = kbench_cuda::reference::mla_softmax_scale(QK, &yarn);
     let table: Vec<i32> = (0..(bmax * pages_per_req) as i32).collect();
     let dtable = dev.upload(&table)?;
     let mut mla_ws_need = 0usize;
