@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use kbench_core::acceptance::AcceptanceModel;
+use kbench_core::experiment::load_experiment;
 use kbench_core::harness::{run_levels, LoadPlan, NoProgress};
-use kbench_core::spec::load_experiment;
 use kbench_core::trace::{self, TraceAcceptance};
 use kbench_search::{evaluate, prepare, SearchFlags};
 use kbench_sim::SimBackend;

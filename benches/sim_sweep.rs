@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use kbench_core::acceptance::AcceptanceModel;
+use kbench_core::experiment::load_experiment;
 use kbench_core::harness::{run_levels, LoadPlan, NoProgress};
-use kbench_core::spec::load_experiment;
 use kbench_core::trace::{self, TraceAcceptance};
 use kbench_sim::SimBackend;
 

@@ -6,8 +6,8 @@ mod serve_support;
 
 use std::path::{Path, PathBuf};
 
+use kbench_core::experiment::{load_experiment, Experiment};
 use kbench_core::harness::{run_levels, LevelResult, LoadPlan, NoProgress};
-use kbench_core::spec::{load_experiment, Experiment};
 use serve_support::*;
 
 fn tiny_experiment(dir: &Path, speculative: &str) -> PathBuf {

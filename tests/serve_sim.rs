@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kbench_core::backend::{Backend, Request};
-use kbench_core::spec::load_experiment;
+use kbench_core::experiment::load_experiment;
 use kbench_core::trace::{self, TraceAcceptance};
 use serde_json::json;
 use serve_support::*;

@@ -2,7 +2,7 @@
 //! `--backend`); each backend parses its own `[backend.NAME]` table.
 
 use kbench_core::backend::Backend;
-use kbench_core::spec::Experiment;
+use kbench_core::experiment::Experiment;
 
 use super::error::{CliError, CliResult};
 use super::exit;
@@ -20,7 +20,7 @@ pub fn make_backend(exp: &Experiment) -> CliResult<Box<dyn Backend>> {
             format!(
                 "{}{}: unknown backend `{other}` (known: {KNOWN})",
                 exp.path.display(),
-                kbench_core::spec::locate(&exp.path, "backend.kind")
+                kbench_core::experiment::locate(&exp.path, "backend.kind")
                     .map(|s| format!(":{}:{}", s.line, s.column))
                     .unwrap_or_default()
             ),

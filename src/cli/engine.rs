@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kbench_core::spec::{variant_files, VerifyMethod};
+use kbench_core::experiment::{variant_files, VerifyMethod};
 use kbench_core::trace::{self as ktrace, ProbEncoding, TraceForm};
 use kbench_engine::{Device, GenerateOptions, Model, Preset, SpecSettings, TraceOptions};
 
@@ -25,7 +25,7 @@ pub fn prepare_models(path: &Path, overrides: &[String]) -> CliResult<()> {
 pub fn prepare_models_flagged(
     path: &Path,
     overrides: &[String],
-    spec_error: &dyn Fn(kbench_core::spec::SpecError) -> CliError,
+    spec_error: &dyn Fn(kbench_core::experiment::ExperimentError) -> CliError,
 ) -> CliResult<()> {
     let files = variant_files(path, overrides).map_err(spec_error)?;
     let base = path.parent().unwrap_or(Path::new("."));
@@ -110,14 +110,14 @@ pub(super) fn spec_settings(
     draft_tokens: Option<u32>,
     verify: VerifyMethod,
 ) -> CliResult<SpecSettings> {
-    let section = kbench_core::spec::SpeculativeSection {
-        algorithm: kbench_core::spec::Algorithm::Eagle3,
+    let section = kbench_core::experiment::SpeculativeSection {
+        algorithm: kbench_core::experiment::Algorithm::Eagle3,
         num_steps: steps,
         eagle_topk: topk,
         num_draft_tokens: draft_tokens,
         ..Default::default()
     };
-    let s = kbench_core::spec::validate_speculative(&section).map_err(|v| {
+    let s = kbench_core::experiment::validate_speculative(&section).map_err(|v| {
         CliError::new(
             exit::INVALID_INPUT,
             format!("{}: {}\n  fix: {}", v.rule, v.message, v.fix),

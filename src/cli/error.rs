@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use kbench_core::spec::SpecError;
+use kbench_core::experiment::ExperimentError;
 
 use super::exit;
 
@@ -47,7 +47,7 @@ impl CliError {
 pub type CliResult<T> = Result<T, CliError>;
 
 /// Experiment errors point into the file: line, column and the offending line.
-pub fn spec_error(err: &SpecError) -> CliError {
+pub fn spec_error(err: &ExperimentError) -> CliError {
     let mut e = CliError::from_error(err);
     if let Some(span) = err.span() {
         let gutter = span.line.to_string();

@@ -102,12 +102,13 @@ fn own_code(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
         };
     }
     if let Some(
-        kbench_core::spec::SpecError::Flag { .. } | kbench_core::spec::SpecError::Override { .. },
-    ) = e.downcast_ref::<kbench_core::spec::SpecError>()
+        kbench_core::experiment::ExperimentError::Flag { .. }
+        | kbench_core::experiment::ExperimentError::Override { .. },
+    ) = e.downcast_ref::<kbench_core::experiment::ExperimentError>()
     {
         return Some(USAGE);
     }
-    let invalid_input = e.is::<kbench_core::spec::SpecError>()
+    let invalid_input = e.is::<kbench_core::experiment::ExperimentError>()
         || e.is::<kbench_core::arch::ArchError>()
         || e.is::<kbench_core::lengths::LengthFileError>()
         || e.is::<kbench_core::compare::ReportReadError>()

@@ -2,9 +2,9 @@
 
 use std::io::Write;
 
+use kbench_core::experiment::{load_experiment, Variant};
 use kbench_core::harness::{run_levels_until_stopped, LoadPlan};
 use kbench_core::report::{build_report, Report, SweepReport};
-use kbench_core::spec::{load_experiment, Variant};
 
 use super::args::{ExperimentArgs, SglangArgsArgs, ValidateArgs};
 use super::backends::make_backend;
@@ -111,7 +111,7 @@ fn every_request_failed(reports: &[Report]) -> Option<CliError> {
 /// `kbench sglang-args` / `kbench vllm-args`: the launch line of each variant.
 pub fn launch_args(
     args: SglangArgsArgs,
-    command: fn(&kbench_core::spec::Experiment) -> Result<String, kbench_http::Error>,
+    command: fn(&kbench_core::experiment::Experiment) -> Result<String, kbench_http::Error>,
 ) -> CliResult<()> {
     let variants = load_experiment(&args.file, &args.set).map_err(|e| spec_error(&e))?;
     let mut shown = 0;
@@ -188,7 +188,8 @@ fn run_labelled_file(
     labels: &[String],
     quiet: bool,
 ) -> CliResult<FileRun> {
-    let flagged = |e: kbench_core::spec::SpecError| spec_error(&e.with_flag_labels(labels));
+    let flagged =
+        |e: kbench_core::experiment::ExperimentError| spec_error(&e.with_flag_labels(labels));
     super::engine::prepare_models_flagged(path, overrides, &flagged)?;
     let variants = load_experiment(path, overrides).map_err(flagged)?;
     let mut reports = Vec::with_capacity(variants.len());
@@ -419,7 +420,7 @@ pub fn validate(args: ValidateArgs) -> CliResult<()> {
 }
 
 /// The levels a file runs, as `validate` prints them: concurrency, then request rates.
-fn describe_levels(e: &kbench_core::spec::Experiment) -> String {
+fn describe_levels(e: &kbench_core::experiment::Experiment) -> String {
     let mut parts = Vec::new();
     if !e.concurrency.is_empty() {
         parts.push(format!("{:?}", e.concurrency));

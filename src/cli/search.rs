@@ -106,7 +106,7 @@ fn write_outputs(
                 .map_err(|e| search_error(&e))?;
         write_file(path, text.as_bytes())?;
         // what was written must load as the winner did
-        kbench_core::spec::load_experiment(path, &[]).map_err(|e| {
+        kbench_core::experiment::load_experiment(path, &[]).map_err(|e| {
             spec_error(&e).prefixed(format!(
                 "--emit wrote {} but it does not load",
                 path.display()

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use kbench_core::backend::Backend;
-use kbench_core::spec::load_experiment;
+use kbench_core::experiment::load_experiment;
 use kbench_engine::{Device, SpecSettings};
 use kbench_serve::engine::EngineLoad;
 use kbench_serve::sim::SimWorker;

@@ -205,7 +205,7 @@ fn record_live(a: super::args::TraceRecordArgs) -> CliResult<()> {
             toml::Value::String(url.clone())
         ));
     }
-    let variants = kbench_core::spec::load_experiment(&file, &overrides)
+    let variants = kbench_core::experiment::load_experiment(&file, &overrides)
         .map_err(|e| super::error::spec_error(&e))?;
     let [variant] = variants.as_slice() else {
         return Err(CliError::new(

@@ -1,6 +1,6 @@
 //! What the simulator asks of an acceptance source: how many tokens a round commits.
 
-use crate::spec::SpecConfig;
+use crate::experiment::SpecConfig;
 
 pub trait AcceptanceModel: Send + Sync {
     /// Tokens committed (1..=num_steps+1, bonus token included) by the verify round that

@@ -42,7 +42,7 @@ pub struct LoadPlan {
     pub requests: LevelRequests,
     pub warmup_requests: u32,
     /// Each request's lengths, shared prefix and context.
-    pub workload: crate::spec::Workload,
+    pub workload: crate::experiment::Workload,
     /// Open-loop levels (requests/s), after the concurrency levels.
     pub request_rates: Vec<f64>,
     pub burstiness: f64,
@@ -59,7 +59,7 @@ pub struct LoadPlan {
 
 impl LoadPlan {
     /// The load an experiment file describes.
-    pub fn from_experiment(exp: &crate::spec::Experiment) -> LoadPlan {
+    pub fn from_experiment(exp: &crate::experiment::Experiment) -> LoadPlan {
         LoadPlan {
             seed: exp.file.seed,
             concurrency: exp.concurrency.clone(),

@@ -4,9 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::experiment::{Algorithm, Experiment, HardwareRef, ReferencePoint};
 use crate::harness::LevelResult;
 use crate::metrics::LevelMetrics;
-use crate::spec::{Algorithm, Experiment, HardwareRef, ReferencePoint};
 
 pub const REPORT_FORMAT_VERSION: u32 = 1;
 
@@ -199,7 +199,9 @@ pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> Experime
         speculative: SpeculativeSummary {
             algorithm: match (s.algorithm, exp.engine.kind) {
                 (Algorithm::None, _) => "none".into(),
-                (Algorithm::Eagle3, crate::spec::EngineKind::Sglang) => "EAGLE3".into(),
+                (Algorithm::Eagle3, crate::experiment::ServingEngineKind::Sglang) => {
+                    "EAGLE3".into()
+                }
                 (a, _) => a.vllm_method().unwrap_or("none").into(),
             },
             num_steps: s.shape.num_steps,
@@ -232,9 +234,9 @@ pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> Experime
                 .unwrap_or_default(),
             prefix_caching: exp.kv.prefix_caching,
             chunked_prefill_size: match exp.kv.chunked_prefill {
-                crate::spec::ChunkedPrefill::Default => None,
-                crate::spec::ChunkedPrefill::Off => Some(-1),
-                crate::spec::ChunkedPrefill::Size(n) => Some(n as i64),
+                crate::experiment::ChunkedPrefill::Default => None,
+                crate::experiment::ChunkedPrefill::Off => Some(-1),
+                crate::experiment::ChunkedPrefill::Size(n) => Some(n as i64),
             },
             mem_fraction_static: exp.kv.mem_fraction_static,
             max_total_tokens: exp.kv.max_total_tokens,
@@ -244,7 +246,7 @@ pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> Experime
     }
 }
 
-fn workload_summary(w: &crate::spec::Workload) -> WorkloadSummary {
+fn workload_summary(w: &crate::experiment::Workload) -> WorkloadSummary {
     use crate::lengths::LengthDist;
     let lengths = match &w.lengths {
         LengthDist::Uniform { input, output } if input.0 == input.1 && output.0 == output.1 => {

@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 
 use common::random_trace;
-use kbench_core::spec::load_experiment_str;
+use kbench_core::experiment::load_experiment_str;
 use kbench_core::trace::{read_bytes, to_binary, to_jsonl, ProbEncoding, MAGIC};
 use proptest::prelude::*;
 

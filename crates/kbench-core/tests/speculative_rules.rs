@@ -1,7 +1,7 @@
 //! SGLang's rules for EAGLE settings, where they live: each rule by name, and a proptest
 //! that validation accepts exactly the settings the rules allow.
 
-use kbench_core::spec::{validate_speculative, Algorithm, SpeculativeSection};
+use kbench_core::experiment::{validate_speculative, Algorithm, SpeculativeSection};
 use proptest::prelude::*;
 
 fn eagle(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::random_trace;
 use kbench_core::acceptance::AcceptanceModel;
-use kbench_core::spec::SpecConfig;
+use kbench_core::experiment::SpecConfig;
 use kbench_core::trace::{
     replay_commit, replay_commit_reference, OffPath, ProbEncoding, TraceAcceptance, TraceError,
 };

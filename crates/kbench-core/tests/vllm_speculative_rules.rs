@@ -1,7 +1,7 @@
 //! vLLM's `--speculative-config` rules (vllm/config/speculative.py), each by name, and the
 //! chain each method becomes.
 
-use kbench_core::spec::{validate_vllm_speculative, Algorithm, SpeculativeSection};
+use kbench_core::experiment::{validate_vllm_speculative, Algorithm, SpeculativeSection};
 
 fn method(m: &str, k: Option<u32>) -> SpeculativeSection {
     SpeculativeSection {
@@ -72,6 +72,6 @@ fn each_rule_by_name() {
 
 #[test]
 fn sglang_refuses_vllm_keys() {
-    let v = kbench_core::spec::validate_speculative(&method("eagle3", Some(3))).unwrap_err();
+    let v = kbench_core::experiment::validate_speculative(&method("eagle3", Some(3))).unwrap_err();
     assert!(v.message.contains("vLLM's"), "{}", v.message);
 }

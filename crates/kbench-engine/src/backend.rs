@@ -2,7 +2,7 @@
 //! (the scheduler is `crate::session`'s, shared with the GPU backend).
 
 use kbench_core::backend::{Backend, BackendError, Request, Session};
-use kbench_core::spec::Experiment;
+use kbench_core::experiment::Experiment;
 
 use crate::error::Result;
 use crate::model::Model;

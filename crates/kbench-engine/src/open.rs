@@ -2,7 +2,7 @@
 //! `[backend.engine]` asks for (CPU reference or CUDA) out.
 
 use kbench_core::backend::Backend;
-use kbench_core::spec::Experiment;
+use kbench_core::experiment::Experiment;
 
 use crate::device::Device;
 use crate::error::Result;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kbench_core::backend::{BackendError, ChunkEvent, Nanos, Request, RequestRecord, Session};
-use kbench_core::spec::{Experiment, VerifyMethod};
+use kbench_core::experiment::{Experiment, VerifyMethod};
 use kbench_core::verify::SamplingParams;
 
 use crate::backend::request_prompt;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use kbench_core::spec::Experiment;
+use kbench_core::experiment::Experiment;
 
 use crate::cuda::KernelChoice;
 use crate::device::Device;

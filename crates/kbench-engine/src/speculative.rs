@@ -9,7 +9,7 @@
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use kbench_core::spec::VerifyMethod;
+use kbench_core::experiment::VerifyMethod;
 use kbench_core::tree::{DraftTree, TreeBuilder, TreeShape};
 use kbench_core::verify::{
     sample_from, target_distribution, verify_exact, verify_greedy, verify_target_only,

@@ -1,8 +1,8 @@
 //! The engine as a kbench backend: the harness drives it like any other.
 
 use kbench_core::backend::Backend;
+use kbench_core::experiment::load_experiment;
 use kbench_core::harness::{run_levels, LoadPlan, NoProgress};
-use kbench_core::spec::load_experiment;
 use kbench_engine::{ensure_tiny_model, EngineBackend};
 
 /// An EAGLE-3 (3, 1, 4) experiment on the tiny model under `models/tiny`, with `benchmark`
@@ -115,7 +115,7 @@ fn shipped_engine_tiny_experiment_runs() {
 #[test]
 fn engine_session_advances_to_deadlines_and_cancels() {
     use kbench_core::backend::Request;
-    use kbench_core::spec::VerifyMethod;
+    use kbench_core::experiment::VerifyMethod;
     use kbench_engine::SpecSettings;
     let dir = tempfile::tempdir().unwrap();
     ensure_tiny_model(dir.path()).unwrap();

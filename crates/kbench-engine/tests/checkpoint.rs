@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use kbench_core::arch::{ArchFamily, ModelArch};
-use kbench_core::spec::VerifyMethod;
+use kbench_core::experiment::VerifyMethod;
 use kbench_engine::generate::{generate, GenerateOptions};
 use kbench_engine::init::{init_model, plan_checkpoint, InitOptions, Preset};
 use kbench_engine::{Device, EngineError, Model, SpecSettings};

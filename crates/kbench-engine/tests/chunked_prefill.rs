@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use kbench_core::spec::VerifyMethod;
+use kbench_core::experiment::VerifyMethod;
 use kbench_core::verify::SamplingParams;
 use kbench_engine::batcher::{Batcher, Commit, SeqParams};
 use kbench_engine::speculative::SpecSettings;

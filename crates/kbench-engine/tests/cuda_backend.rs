@@ -4,8 +4,8 @@
 //! the backend's constructor must fail cleanly.
 
 use kbench_core::backend::Backend;
+use kbench_core::experiment::load_experiment;
 use kbench_core::harness::{run_levels, LoadPlan, NoProgress};
-use kbench_core::spec::load_experiment;
 use kbench_engine::cuda::CudaEngineBackend;
 use kbench_engine::{ensure_tiny_model, EngineBackend};
 
@@ -44,7 +44,7 @@ device = "{device}"
     )
 }
 
-fn load(dir: &std::path::Path, device: &str, file: &str) -> kbench_core::spec::Experiment {
+fn load(dir: &std::path::Path, device: &str, file: &str) -> kbench_core::experiment::Experiment {
     ensure_tiny_model(&dir.join("models/tiny")).unwrap();
     let path = dir.join(file);
     std::fs::write(&path, experiment_text(device)).unwrap();

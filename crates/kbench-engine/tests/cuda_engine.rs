@@ -16,7 +16,7 @@ mod common;
 use std::path::Path;
 
 use common::gpu::{check_decode_and_tree_verify, cpu_model, have_gpus, prompt, rel_err, tiny_dir};
-use kbench_core::spec::VerifyMethod;
+use kbench_core::experiment::VerifyMethod;
 use kbench_engine::cuda::{self, CudaModel, CudaOptions, GpuSegment};
 use kbench_engine::generate::run_batch;
 use kbench_engine::target::{Attend, Segment};

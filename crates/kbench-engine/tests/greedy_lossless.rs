@@ -4,7 +4,7 @@
 
 mod common;
 
-use kbench_core::spec::VerifyMethod;
+use kbench_core::experiment::VerifyMethod;
 use kbench_engine::generate::run_batch;
 use kbench_engine::SpecSettings;
 use proptest::prelude::*;

@@ -2,7 +2,7 @@
 
 mod common;
 
-use kbench_core::spec::VerifyMethod;
+use kbench_core::experiment::VerifyMethod;
 use kbench_core::tree::TreeShape;
 use kbench_core::verify::{target_distribution, SamplingParams};
 use kbench_engine::generate::run_batch;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use kbench_core::spec::Experiment;
+use kbench_core::experiment::Experiment;
 
 use crate::error::HttpError;
 use crate::settings::Target;
@@ -383,7 +383,9 @@ pub fn free_port(host: &str) -> Result<u16, HttpError> {
 /// The launch line `kbench sglang-args` prints: `[backend.http.launch]` if the file has it,
 /// else SGLang's own launcher; the url's host and port, else SGLang's 127.0.0.1:30000.
 pub fn sglang_command(exp: &Experiment) -> Result<String, HttpError> {
-    if exp.engine.kind == kbench_core::spec::EngineKind::Vllm && exp.spec.is_speculative() {
+    if exp.engine.kind == kbench_core::experiment::ServingEngineKind::Vllm
+        && exp.spec.is_speculative()
+    {
         return Err(HttpError::Settings(format!(
             "{}: the file simulates vLLM's speculative decoding (method `{}`); `kbench vllm-args` prints its launch line",
             exp.path.display(),

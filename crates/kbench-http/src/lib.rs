@@ -27,8 +27,8 @@ use tokio::sync::mpsc;
 use kbench_core::backend::{
     Backend, BackendError, ChunkEvent, Nanos, Request, RequestRecord, ServerSpecCounters, Session,
 };
+use kbench_core::experiment::Experiment;
 use kbench_core::prompt::request_prompt;
-use kbench_core::spec::Experiment;
 
 use crate::client::Client;
 use crate::error::HttpError;

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use kbench_core::spec::Experiment;
+use kbench_core::experiment::Experiment;
 
 use crate::client::Client;
 use crate::error::HttpError;

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use kbench_core::spec::Experiment;
+use kbench_core::experiment::Experiment;
 
 use crate::error::HttpError;
 

@@ -2,7 +2,7 @@
 //! names (vllm/engine/arg_utils.py) and its `--speculative-config` JSON keys, so the file
 //! that predicts a vLLM deployment also launches it.
 
-use kbench_core::spec::{Algorithm, EngineKind, Experiment, KvCacheDtype};
+use kbench_core::experiment::{Algorithm, Experiment, KvCacheDtype, ServingEngineKind};
 use serde_json::{Map, Value};
 
 use crate::error::HttpError;
@@ -49,7 +49,7 @@ pub fn speculative_config(exp: &Experiment) -> Result<Option<String>, HttpError>
 
 /// The `vllm serve` command line, with the url's host and port (else vLLM's 127.0.0.1:8000).
 pub fn vllm_command(exp: &Experiment) -> Result<String, HttpError> {
-    if exp.engine.kind != EngineKind::Vllm && exp.spec.is_speculative() {
+    if exp.engine.kind != ServingEngineKind::Vllm && exp.spec.is_speculative() {
         return Err(HttpError::Settings(format!(
             "{}: the file simulates SGLang's EAGLE ({}, {}, {}); vLLM's settings differ (a chain of num_speculative_tokens): set [engine] name = \"vllm\" with method and num_speculative_tokens, or use `kbench sglang-args`",
             exp.path.display(),

@@ -3,7 +3,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use kbench_core::spec::{apply_overrides, RELATIVE_PATH_KEYS};
+use kbench_core::experiment::{apply_overrides, RELATIVE_PATH_KEYS};
 
 use crate::error::SearchError;
 use crate::prepare::Prepared;
@@ -18,7 +18,7 @@ pub fn emitted_text(
     note: &str,
 ) -> Result<String, SearchError> {
     let text = std::fs::read_to_string(&prepared.path)
-        .map_err(|source| kbench_core::spec::SpecError::read(&prepared.path, source))?;
+        .map_err(|source| kbench_core::experiment::ExperimentError::read(&prepared.path, source))?;
     let mut table: toml::Table =
         toml::from_str(&text).map_err(|e: toml::de::Error| SearchError::Settings {
             path: prepared.path.clone(),

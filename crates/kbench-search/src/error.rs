@@ -6,7 +6,7 @@ use std::path::PathBuf;
 pub enum SearchError {
     /// The experiment file itself (read, parse, a key `--set` cannot reach).
     #[error(transparent)]
-    Spec(#[from] kbench_core::spec::SpecError),
+    Spec(#[from] kbench_core::experiment::ExperimentError),
     #[error("{path}: no [search] table: declare the space under [search.space] (or give --space KEY=VALUES)")]
     NoSearch { path: PathBuf },
     /// The [search] table or a search flag is wrong.

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::backend::Backend;
+use kbench_core::experiment::Experiment;
 use kbench_core::harness::{run_levels, LoadPlan, NoProgress};
 use kbench_core::report::{build_report, BackendSummary, Report};
-use kbench_core::spec::Experiment;
 use kbench_core::trace::{self, Trace, TraceAcceptance};
 use kbench_sim::{SimBackend, SimError};
 

@@ -1,7 +1,7 @@
 //! Why a candidate wins: one decode round at the objective's concurrency, split into what
 //! the target, the draft, the all-reduces, the launches and the host cost.
 
-use kbench_core::spec::Experiment;
+use kbench_core::experiment::Experiment;
 use kbench_sim::{PassKind, RoundBreakdown, SimError};
 use serde::Serialize;
 

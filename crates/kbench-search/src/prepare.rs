@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use kbench_core::spec::{
-    apply_overrides, load_experiment, load_experiment_str, Experiment, SpecError,
+use kbench_core::experiment::{
+    apply_overrides, load_experiment, load_experiment_str, Experiment, ExperimentError,
 };
 
 use crate::error::SearchError;
@@ -29,7 +29,7 @@ pub struct Prepared {
 
 impl Prepared {
     /// A candidate's experiment, as `kbench experiment --set ...` on the base would load it.
-    pub fn load(&self, candidate: &Candidate) -> Result<Experiment, SpecError> {
+    pub fn load(&self, candidate: &Candidate) -> Result<Experiment, ExperimentError> {
         let mut variants =
             load_experiment_str(&self.base_text, &self.path, &candidate.set_arguments())?;
         Ok(variants.remove(0).experiment)
@@ -54,7 +54,8 @@ pub fn prepare(path: &Path, set: &[String], flags: &SearchFlags) -> Result<Prepa
         .next()
         .map(|v| v.experiment)
         .ok_or_else(|| settings_error("file", "the file loads to no experiment".into()))?;
-    let text = std::fs::read_to_string(path).map_err(|source| SpecError::read(path, source))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|source| ExperimentError::read(path, source))?;
     let mut table: toml::Table = toml::from_str(&text)
         .map_err(|e: toml::de::Error| settings_error("file", e.message().to_string()))?;
     let search_table = match table.remove("search") {

@@ -215,7 +215,7 @@ fn row(
     r
 }
 
-fn config_of(x: &kbench_core::spec::Experiment) -> CandidateConfig {
+fn config_of(x: &kbench_core::experiment::Experiment) -> CandidateConfig {
     CandidateConfig {
         algorithm: if x.spec.is_speculative() {
             "EAGLE3".into()

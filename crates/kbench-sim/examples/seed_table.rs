@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use kbench_core::acceptance::AcceptanceModel;
-use kbench_core::spec::load_experiment;
-use kbench_core::spec::Experiment;
+use kbench_core::experiment::load_experiment;
+use kbench_core::experiment::Experiment;
 use kbench_core::trace::{self, TraceAcceptance};
 use kbench_sim::predict::{default_acceptance, run};
 use std::sync::Arc;

@@ -7,8 +7,8 @@
 //! Kimi-K2.5 EAGLE-3 chat accept lengths (about 2.7 at (3,1,4), 2.2-2.3 at (2,1,3)).
 
 use kbench_core::acceptance::AcceptanceModel;
+use kbench_core::experiment::SpecConfig;
 use kbench_core::seed::derive_seed;
-use kbench_core::spec::SpecConfig;
 
 #[derive(Debug, Clone)]
 pub struct DepthRateAcceptance {

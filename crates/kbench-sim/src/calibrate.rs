@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::atomic::write_atomic;
-use kbench_core::spec::Experiment;
+use kbench_core::experiment::Experiment;
 use serde::Serialize;
 
 use crate::corpus::{Case, LoadedCorpus, Role, SPEEDUP};

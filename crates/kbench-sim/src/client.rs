@@ -37,7 +37,7 @@ fn default_interval() -> f64 {
 }
 
 impl SimSettings {
-    pub fn of(exp: &kbench_core::spec::Experiment) -> Result<SimSettings, SimError> {
+    pub fn of(exp: &kbench_core::experiment::Experiment) -> Result<SimSettings, SimError> {
         let s: SimSettings = exp
             .file
             .backend

@@ -63,7 +63,7 @@ pub enum SimError {
     Experiment {
         path: PathBuf,
         #[source]
-        source: Box<kbench_core::spec::SpecError>,
+        source: Box<kbench_core::experiment::ExperimentError>,
     },
     #[error("simulation of {experiment} failed")]
     Backend {
@@ -95,7 +95,7 @@ impl SimError {
     /// A preset name that does not exist, pointed at where the experiment file names it.
     pub(crate) fn in_file(self, path: &std::path::Path) -> SimError {
         let at = |key: &str| {
-            kbench_core::spec::locate(path, key)
+            kbench_core::experiment::locate(path, key)
                 .map(|s| format!("{}:{}:{}", path.display(), s.line, s.column))
         };
         match self {

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use kbench_core::backend::Backend;
+use kbench_core::experiment::{load_experiment, Experiment};
 use kbench_core::harness::{run_levels, LoadPlan, NoProgress};
 use kbench_core::metrics::percentile;
-use kbench_core::spec::{load_experiment, Experiment};
 use serde::Serialize;
 
 use crate::corpus::{Case, LoadedCorpus, Role, DECODE_THROUGHPUT, SPEEDUP};

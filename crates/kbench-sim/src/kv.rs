@@ -11,7 +11,7 @@
 //!   slots for draft and verify tokens.
 
 use kbench_core::arch::{ArchFamily, DraftArch, ModelArch};
-use kbench_core::spec::{ChunkedPrefill, Experiment, KvCacheDtype, SpecConfig};
+use kbench_core::experiment::{ChunkedPrefill, Experiment, KvCacheDtype, SpecConfig};
 use serde::Serialize;
 
 use crate::error::SimError;

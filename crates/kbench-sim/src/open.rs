@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::backend::Backend;
-use kbench_core::spec::Experiment;
+use kbench_core::experiment::Experiment;
 use kbench_core::trace::{self, TraceAcceptance};
 
 use crate::error::SimError;

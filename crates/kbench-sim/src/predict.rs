@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use kbench_core::acceptance::AcceptanceModel;
+use kbench_core::experiment::Experiment;
 use kbench_core::harness::{run_levels, LevelResult, LoadPlan, NoProgress};
-use kbench_core::spec::Experiment;
 use serde::Serialize;
 
 use crate::acceptance::DepthRateAcceptance;

@@ -2,7 +2,7 @@
 //! directory), and resolution of an experiment's [`HardwareRef`] to a profile plus its op
 //! tables, and of its `[engine]` to an engine profile.
 
-use kbench_core::spec::{EngineProfileRef, Experiment, HardwareRef};
+use kbench_core::experiment::{EngineProfileRef, Experiment, HardwareRef};
 
 use crate::engine_profile::EngineProfile;
 use crate::error::SimError;

@@ -22,7 +22,7 @@ use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::backend::{
     Backend, BackendError, ChunkEvent, KvCacheUsage, Nanos, Request, RequestRecord, Session,
 };
-use kbench_core::spec::{Experiment, SpecConfig};
+use kbench_core::experiment::{Experiment, SpecConfig};
 
 use crate::cost::{CostModel, RoundBreakdown};
 use crate::engine_profile::EngineProfile;

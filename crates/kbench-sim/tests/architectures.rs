@@ -5,11 +5,11 @@
 use std::path::Path;
 
 use kbench_core::arch::{ArchError, ModelArch};
-use kbench_core::spec::load_experiment;
+use kbench_core::experiment::load_experiment;
 use kbench_sim::memory::weight_footprint;
 use kbench_sim::SimBackend;
 
-fn minimax(set: &[&str]) -> kbench_core::spec::Experiment {
+fn minimax(set: &[&str]) -> kbench_core::experiment::Experiment {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../data/validation/experiments/minimax-m3-vllm.toml");
     let set: Vec<String> = set.iter().map(|s| s.to_string()).collect();

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
+use kbench_core::experiment::{load_experiment, load_experiment_str, Experiment};
 use kbench_core::harness::{run_levels, NoProgress};
-use kbench_core::spec::{load_experiment, load_experiment_str, Experiment};
 use kbench_sim::engine_profile::EngineProfile;
 use kbench_sim::predict::load_plan;
 use kbench_sim::presets::{engine_preset, load_tables, resolve_engine_profile, resolve_profile};

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use kbench_core::spec::load_experiment;
+use kbench_core::experiment::load_experiment;
 use kbench_sim::corpus::{corpus_files, load_corpus, Role};
 use kbench_sim::fidelity::run_corpus;
 

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use kbench_core::arch::{DraftArch, ModelArch};
-use kbench_core::spec::load_experiment;
+use kbench_core::experiment::load_experiment;
 use kbench_sim::presets::{engine_preset, load_tables, preset, tables_measured_on};
 use kbench_sim::{acceptance_for, CostModel, PassKind, SimBackend};
 

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kbench_core::acceptance::AcceptanceModel;
+use kbench_core::experiment::{load_experiment_str, Experiment};
 use kbench_core::harness::{run_levels, LevelResult, NoProgress};
-use kbench_core::spec::{load_experiment_str, Experiment};
 use kbench_sim::acceptance::DepthRateAcceptance;
 use kbench_sim::predict::load_plan;
 use kbench_sim::SimBackend;

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use kbench_core::backend::{Backend, Request};
-use kbench_core::spec::load_experiment_str;
+use kbench_core::experiment::load_experiment_str;
 use kbench_sim::{acceptance_for, SimBackend};
 
 #[test]

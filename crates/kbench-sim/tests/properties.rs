@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::backend::RequestRecord;
+use kbench_core::experiment::{load_experiment_str, Experiment};
 use kbench_core::harness::{run_levels, LevelResult, NoProgress};
-use kbench_core::spec::{load_experiment_str, Experiment};
 use kbench_sim::acceptance::{ConstantAcceptance, DepthRateAcceptance};
 use kbench_sim::predict::load_plan;
 use kbench_sim::SimBackend;
@@ -159,7 +159,7 @@ fn sim_advance_to_matches_run_until_completion() {
     use kbench_core::backend::{Backend, Request};
     let root =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/topk1_v2.toml");
-    let exp = kbench_core::spec::load_experiment(&root, &[])
+    let exp = kbench_core::experiment::load_experiment(&root, &[])
         .unwrap()
         .remove(0)
         .experiment;

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use kbench_core::spec::{load_experiment, Experiment, KvCacheDtype};
+use kbench_core::experiment::{load_experiment, Experiment, KvCacheDtype};
 use kbench_sim::{acceptance_for, SimBackend};
 
 fn decode(sets: &[&str]) -> Experiment {

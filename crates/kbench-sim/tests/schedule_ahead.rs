@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use kbench_core::backend::RequestRecord;
+use kbench_core::experiment::{load_experiment_str, Experiment};
 use kbench_core::harness::{run_levels, NoProgress};
-use kbench_core::spec::{load_experiment_str, Experiment};
 use kbench_sim::predict::load_plan;
 use kbench_sim::{acceptance_for, SimBackend};
 

@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use kbench_core::spec::load_experiment;
+use kbench_core::experiment::load_experiment;
 use kbench_sim::{acceptance_for, SimBackend};
 
-fn variants() -> Vec<kbench_core::spec::Variant> {
+fn variants() -> Vec<kbench_core::experiment::Variant> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/vllm_eagle3.toml");
     // one short level keeps the test fast
     let set = [
@@ -26,7 +26,7 @@ fn at_c1(name: &str) -> (f64, Option<f64>) {
     (p.output_throughput[0].1, p.accept_length[0].1)
 }
 
-fn exp(name: &str) -> kbench_core::spec::Experiment {
+fn exp(name: &str) -> kbench_core::experiment::Experiment {
     variants()
         .into_iter()
         .find(|v| v.name.as_deref() == Some(name))

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use super::{Trace, TraceError};
 use crate::acceptance::AcceptanceModel;
+use crate::experiment::SpecConfig;
 use crate::seed::derive_seed;
-use crate::spec::SpecConfig;
 use crate::tree::{DraftTree, TreeBuilder, TreeShape};
 use crate::verify::verify_greedy;
 
@@ -473,7 +473,7 @@ impl AcceptanceModel for TraceAcceptance {
     fn round_proposal(&self, request_id: u64, position: u32, spec: &SpecConfig) -> u32 {
         let k = spec.shape.num_steps;
         match self.match_rate {
-            Some(rate) if spec.algorithm == crate::spec::Algorithm::Ngram => {
+            Some(rate) if spec.algorithm == crate::experiment::Algorithm::Ngram => {
                 let draw = derive_seed(
                     self.seed,
                     "ngram-match",

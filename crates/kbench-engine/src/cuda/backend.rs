@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use kbench_core::backend::{Backend, BackendError, Request, Session};
-use kbench_core::spec::Experiment;
+use kbench_core::experiment::Experiment;
 
 use super::model::CudaModel;
 use super::CudaOptions;

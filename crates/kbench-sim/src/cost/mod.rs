@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use kbench_core::arch::{ArchFamily, DraftArch, ModelArch};
-use kbench_core::spec::SpecConfig;
+use kbench_core::experiment::SpecConfig;
 use serde::Serialize;
 
 use crate::engine_profile::EngineProfile;
@@ -283,7 +283,10 @@ impl CostModel {
     }
 
     /// The KV cache's element type (bf16 unless set).
-    pub fn with_kv_cache_dtype(mut self, dtype: kbench_core::spec::KvCacheDtype) -> CostModel {
+    pub fn with_kv_cache_dtype(
+        mut self,
+        dtype: kbench_core::experiment::KvCacheDtype,
+    ) -> CostModel {
         let scale = dtype.bytes() as f64 / 2.0;
         match self.engine.attention.fp8_kv {
             crate::engine_profile::Fp8Kv::HalfBytes => self.kv_read_scale = scale,

@@ -6,7 +6,7 @@
 //! in [`for_engine`].
 
 use kbench_core::backend::BackendError;
-use kbench_core::spec::SpecConfig;
+use kbench_core::experiment::SpecConfig;
 
 use crate::error::SimError;
 use crate::sim::SimSession;

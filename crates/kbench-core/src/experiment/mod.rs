@@ -9,7 +9,7 @@ mod speculative;
 mod vllm_speculative;
 mod workload;
 
-pub use error::{SourceSpan, SpecError};
+pub use error::{ExperimentError, SourceSpan};
 pub use file::*;
 pub use load::{
     apply_override, apply_overrides, load_experiment, load_experiment_str, variant_files, Variant,
@@ -22,6 +22,6 @@ pub use resolve::{
 pub use speculative::{validate_speculative, NgramWindow, RuleViolation, SpecConfig, VerifyMethod};
 pub use vllm_speculative::{validate_vllm_speculative, DEFAULT_PROMPT_LOOKUP};
 pub use workload::{
-    ChunkedPrefill, EngineKind, EngineProfileRef, EngineSettings, KvCacheDtype, KvSettings,
-    RequestLengths, Workload, DEFAULT_MAX_PREFILL_TOKENS,
+    ChunkedPrefill, EngineProfileRef, KvCacheDtype, KvSettings, RequestLengths, ServingEngine,
+    ServingEngineKind, Workload, DEFAULT_MAX_PREFILL_TOKENS,
 };

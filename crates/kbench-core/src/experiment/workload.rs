@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::error::SpecError;
+use super::error::ExperimentError;
 use super::file::{ServerSection, WorkloadSection};
 use crate::arch::ModelArch;
 use crate::lengths::{range_ratio_bounds, Drawn, EmpiricalLengths, LengthDist};
@@ -100,7 +100,7 @@ pub struct KvSettings {
 /// SGLang's default `--max-prefill-tokens`.
 pub const DEFAULT_MAX_PREFILL_TOKENS: u32 = 16384;
 
-type Invalid<'a> = &'a dyn Fn(&'static str, String, &str) -> SpecError;
+type Invalid<'a> = &'a dyn Fn(&'static str, String, &str) -> ExperimentError;
 
 pub(crate) fn resolve_workload(
     w: &WorkloadSection,
@@ -108,7 +108,7 @@ pub(crate) fn resolve_workload(
     path: &Path,
     base_dir: &Path,
     invalid: Invalid,
-) -> Result<Workload, SpecError> {
+) -> Result<Workload, ExperimentError> {
     if w.max_tokens == 0 {
         return Err(invalid(
             "workload.max_tokens",
@@ -142,11 +142,12 @@ pub(crate) fn resolve_workload(
                 "remove range_ratio or `lengths`",
             ));
         }
-        let e =
-            EmpiricalLengths::load(&base_dir.join(file)).map_err(|source| SpecError::Lengths {
+        let e = EmpiricalLengths::load(&base_dir.join(file)).map_err(|source| {
+            ExperimentError::Lengths {
                 path: path.into(),
                 source,
-            })?;
+            }
+        })?;
         LengthDist::Empirical(e)
     } else {
         let input = match (w.input_len, w.input_len_range) {
@@ -219,7 +220,10 @@ pub(crate) fn resolve_workload(
     Ok(workload)
 }
 
-pub(crate) fn resolve_kv(s: &ServerSection, invalid: Invalid) -> Result<KvSettings, SpecError> {
+pub(crate) fn resolve_kv(
+    s: &ServerSection,
+    invalid: Invalid,
+) -> Result<KvSettings, ExperimentError> {
     let mem_fraction_static = match s.mem_fraction_static {
         None => None,
         Some(f) if f > 0.0 && f < 1.0 => Some(f),
@@ -283,10 +287,10 @@ pub(crate) fn resolve_kv(s: &ServerSection, invalid: Invalid) -> Result<KvSettin
     })
 }
 
-/// The serving engine the simulator plays.
+/// Which serving engine the simulator plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "snake_case")]
-pub enum EngineKind {
+pub enum ServingEngineKind {
     /// Prefill first: an admitted prompt runs as its own forward (in chunks) while the
     /// running requests wait.
     #[default]
@@ -296,11 +300,11 @@ pub enum EngineKind {
     Vllm,
 }
 
-impl EngineKind {
+impl ServingEngineKind {
     pub fn name(self) -> &'static str {
         match self {
-            EngineKind::Sglang => "sglang",
-            EngineKind::Vllm => "vllm",
+            ServingEngineKind::Sglang => "sglang",
+            ServingEngineKind::Vllm => "vllm",
         }
     }
 }
@@ -312,9 +316,11 @@ pub enum EngineProfileRef {
     Profile(std::path::PathBuf),
 }
 
+/// The serving engine an experiment is about (SGLang or vLLM, its version and profile);
+/// kbench's own engine has its settings in kbench-engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
-pub struct EngineSettings {
-    pub kind: EngineKind,
+pub struct ServingEngine {
+    pub kind: ServingEngineKind,
     pub version: Option<String>,
     /// vLLM's token budget (`None`: its default for the GPU).
     pub max_num_batched_tokens: Option<u32>,
@@ -326,13 +332,13 @@ pub(crate) fn resolve_engine(
     e: Option<&super::file::EngineSection>,
     base_dir: &std::path::Path,
     invalid: Invalid,
-) -> Result<EngineSettings, SpecError> {
+) -> Result<ServingEngine, ExperimentError> {
     let Some(e) = e else {
-        return Ok(EngineSettings::default());
+        return Ok(ServingEngine::default());
     };
     let kind = match e.name.as_str() {
-        "sglang" => EngineKind::Sglang,
-        "vllm" => EngineKind::Vllm,
+        "sglang" => ServingEngineKind::Sglang,
+        "vllm" => ServingEngineKind::Vllm,
         other => {
             return Err(invalid(
                 "engine.name",
@@ -348,7 +354,7 @@ pub(crate) fn resolve_engine(
             "use 1 or more, or leave it to vLLM's default",
         ));
     }
-    if e.max_num_batched_tokens.is_some() && kind != EngineKind::Vllm {
+    if e.max_num_batched_tokens.is_some() && kind != ServingEngineKind::Vllm {
         return Err(invalid(
             "engine.max_num_batched_tokens",
             "max_num_batched_tokens is vLLM's; SGLang's prefill budget is server.max_prefill_tokens / chunked_prefill_size".into(),
@@ -367,7 +373,7 @@ pub(crate) fn resolve_engine(
             ))
         }
     };
-    Ok(EngineSettings {
+    Ok(ServingEngine {
         kind,
         version: e.version.clone(),
         max_num_batched_tokens: e.max_num_batched_tokens,

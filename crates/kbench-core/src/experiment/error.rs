@@ -13,7 +13,7 @@ pub struct SourceSpan {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum SpecError {
+pub enum ExperimentError {
     #[error("cannot read experiment file {path}{}", nearest.as_ref().map(|n| format!(" (did you mean {}?)", n.display())).unwrap_or_default())]
     Read {
         path: PathBuf,
@@ -53,7 +53,7 @@ pub enum SpecError {
         index: usize,
         /// What the file with this setting fails with; kept whole so that a broken rule
         /// stays a broken rule to callers that skip those (`kbench search`).
-        cause: Box<SpecError>,
+        cause: Box<ExperimentError>,
     },
     #[error("{path}: {rule}: {message}\n  fix: {fix}")]
     Invalid {
@@ -92,13 +92,13 @@ fn suggestion_suffix(s: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
-impl SpecError {
+impl ExperimentError {
     pub fn span(&self) -> Option<&SourceSpan> {
         match self {
-            SpecError::Syntax { span, .. } => Some(span),
-            SpecError::UnknownKey { span, .. }
-            | SpecError::Schema { span, .. }
-            | SpecError::Arch { span, .. } => span.as_ref(),
+            ExperimentError::Syntax { span, .. } => Some(span),
+            ExperimentError::UnknownKey { span, .. }
+            | ExperimentError::Schema { span, .. }
+            | ExperimentError::Arch { span, .. } => span.as_ref(),
             _ => None,
         }
     }
@@ -107,27 +107,27 @@ impl SpecError {
     /// blamed with when the file is fine without it.
     pub fn detail(&self) -> String {
         match self {
-            SpecError::UnknownKey {
+            ExperimentError::UnknownKey {
                 key, suggestion, ..
             } => format!("unknown key `{key}`{}", suggestion_suffix(suggestion)),
-            SpecError::Schema { message, .. } | SpecError::Syntax { message, .. } => {
+            ExperimentError::Schema { message, .. } | ExperimentError::Syntax { message, .. } => {
                 message.clone()
             }
-            SpecError::Invalid {
+            ExperimentError::Invalid {
                 rule, message, fix, ..
             } => format!("{rule}: {message}\n  fix: {fix}"),
-            SpecError::Arch { source, .. } => source.to_string(),
-            SpecError::Lengths { source, .. } => format!("workload.lengths: {source}"),
-            SpecError::Override { reason, .. } => reason.clone(),
-            SpecError::Flag { cause, .. } => cause.detail(),
-            SpecError::Read { .. } => self.to_string(),
+            ExperimentError::Arch { source, .. } => source.to_string(),
+            ExperimentError::Lengths { source, .. } => format!("workload.lengths: {source}"),
+            ExperimentError::Override { reason, .. } => reason.clone(),
+            ExperimentError::Flag { cause, .. } => cause.detail(),
+            ExperimentError::Read { .. } => self.to_string(),
         }
     }
 
-    /// A [`SpecError::Flag`] named as the user wrote it: `labels[i]` for the `i`th override.
-    pub fn with_flag_labels(self, labels: &[String]) -> SpecError {
+    /// A [`ExperimentError::Flag`] named as the user wrote it: `labels[i]` for the `i`th override.
+    pub fn with_flag_labels(self, labels: &[String]) -> ExperimentError {
         match self {
-            SpecError::Flag { index, cause, flag } => SpecError::Flag {
+            ExperimentError::Flag { index, cause, flag } => ExperimentError::Flag {
                 flag: labels.get(index).cloned().unwrap_or(flag),
                 index,
                 cause,
@@ -141,8 +141,8 @@ impl SpecError {
     /// than input that is wrong.
     pub fn broken_rule(&self) -> Option<(&'static str, &str)> {
         match self {
-            SpecError::Invalid { rule, message, .. } => Some((rule, message)),
-            SpecError::Flag { cause, .. } => cause.broken_rule(),
+            ExperimentError::Invalid { rule, message, .. } => Some((rule, message)),
+            ExperimentError::Flag { cause, .. } => cause.broken_rule(),
             _ => None,
         }
     }
@@ -167,14 +167,14 @@ pub(crate) fn span_at(text: &str, range: std::ops::Range<usize>) -> SourceSpan {
     }
 }
 
-impl SpecError {
+impl ExperimentError {
     /// The experiment file at `path` could not be read: where it does not exist, names the
     /// file beside it that is nearest to what was typed (`topk1-v2.toml` for `topk1_v2.toml`).
-    pub fn read(path: &std::path::Path, source: std::io::Error) -> SpecError {
+    pub fn read(path: &std::path::Path, source: std::io::Error) -> ExperimentError {
         let nearest = (source.kind() == std::io::ErrorKind::NotFound)
             .then(|| nearest_file(path))
             .flatten();
-        SpecError::Read {
+        ExperimentError::Read {
             path: path.to_path_buf(),
             source,
             nearest,

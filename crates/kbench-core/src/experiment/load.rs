@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::error::{span_at, SourceSpan, SpecError};
+use super::error::{span_at, ExperimentError, SourceSpan};
 use super::file::ExperimentFile;
 use super::resolve::{resolve, Experiment};
 
@@ -17,8 +17,9 @@ pub struct Variant {
 
 /// Loads a file, applies `overrides` (`key=value`, TOML values; bare words are strings),
 /// expands its sweep, and validates every variant.
-pub fn load_experiment(path: &Path, overrides: &[String]) -> Result<Vec<Variant>, SpecError> {
-    let text = crate::input::read_text(path).map_err(|source| SpecError::read(path, source))?;
+pub fn load_experiment(path: &Path, overrides: &[String]) -> Result<Vec<Variant>, ExperimentError> {
+    let text =
+        crate::input::read_text(path).map_err(|source| ExperimentError::read(path, source))?;
     load_experiment_str(&text, path, overrides)
 }
 
@@ -26,7 +27,7 @@ pub fn load_experiment_str(
     text: &str,
     path: &Path,
     overrides: &[String],
-) -> Result<Vec<Variant>, SpecError> {
+) -> Result<Vec<Variant>, ExperimentError> {
     resolve_variants(text, path, overrides)
         .map_err(|e| blame_flag(e, overrides, |o| resolve_variants(text, path, o).err()))
         .map_err(|e| locate_arch(e, text))
@@ -36,7 +37,7 @@ fn resolve_variants(
     text: &str,
     path: &Path,
     overrides: &[String],
-) -> Result<Vec<Variant>, SpecError> {
+) -> Result<Vec<Variant>, ExperimentError> {
     let base_dir = path
         .parent()
         .map(Path::to_path_buf)
@@ -47,13 +48,13 @@ fn resolve_variants(
             let experiment = resolve(file, path, &base_dir).map_err(|e| match (&name, e) {
                 (
                     Some(variant),
-                    SpecError::Invalid {
+                    ExperimentError::Invalid {
                         path,
                         rule,
                         message,
                         fix,
                     },
-                ) => SpecError::Invalid {
+                ) => ExperimentError::Invalid {
                     path,
                     rule,
                     message: format!("sweep variant `{variant}`: {message}"),
@@ -71,8 +72,9 @@ fn resolve_variants(
 pub fn variant_files(
     path: &Path,
     overrides: &[String],
-) -> Result<Vec<(Option<String>, ExperimentFile)>, SpecError> {
-    let text = crate::input::read_text(path).map_err(|source| SpecError::read(path, source))?;
+) -> Result<Vec<(Option<String>, ExperimentFile)>, ExperimentError> {
+    let text =
+        crate::input::read_text(path).map_err(|source| ExperimentError::read(path, source))?;
     variant_files_str(&text, path, overrides)
         .map_err(|e| blame_flag(e, overrides, |o| variant_files_str(&text, path, o).err()))
 }
@@ -80,14 +82,16 @@ pub fn variant_files(
 /// An error that only the command line's overrides cause is theirs: the first override
 /// that makes a valid file fail is named, as the user wrote it, instead of the file.
 fn blame_flag(
-    err: SpecError,
+    err: ExperimentError,
     overrides: &[String],
-    fails_with: impl Fn(&[String]) -> Option<SpecError>,
-) -> SpecError {
+    fails_with: impl Fn(&[String]) -> Option<ExperimentError>,
+) -> ExperimentError {
     if overrides.is_empty()
         || matches!(
             err,
-            SpecError::Override { .. } | SpecError::Flag { .. } | SpecError::Read { .. }
+            ExperimentError::Override { .. }
+                | ExperimentError::Flag { .. }
+                | ExperimentError::Read { .. }
         )
         || fails_with(&[]).is_some()
     {
@@ -104,7 +108,7 @@ fn blame_flag(
     if first.detail() != err.detail() {
         return err;
     }
-    SpecError::Flag {
+    ExperimentError::Flag {
         flag: format!("--set {}", overrides[n - 1]),
         index: n - 1,
         cause: Box::new(err),
@@ -112,15 +116,15 @@ fn blame_flag(
 }
 
 /// A preset or config that does not resolve is pointed at where the file names it.
-fn locate_arch(err: SpecError, text: &str) -> SpecError {
+fn locate_arch(err: ExperimentError, text: &str) -> ExperimentError {
     match err {
-        SpecError::Arch {
+        ExperimentError::Arch {
             path,
             what,
             key,
             span: None,
             source,
-        } => SpecError::Arch {
+        } => ExperimentError::Arch {
             span: super::locate::value_span(text, key),
             path,
             what,
@@ -135,7 +139,7 @@ fn variant_files_str(
     text: &str,
     path: &Path,
     overrides: &[String],
-) -> Result<Vec<(Option<String>, ExperimentFile)>, SpecError> {
+) -> Result<Vec<(Option<String>, ExperimentFile)>, ExperimentError> {
     // Deserializing the text directly (not a Value) keeps spans for schema errors.
     let _: ExperimentFile = toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
     let mut table: toml::Table =
@@ -147,7 +151,7 @@ fn variant_files_str(
         return Ok(vec![(None, base)]);
     };
     if sweep.variants.is_empty() {
-        return Err(SpecError::Invalid {
+        return Err(ExperimentError::Invalid {
             path: path.into(),
             rule: "sweep",
             message: "[sweep] declares no variants".into(),
@@ -163,7 +167,7 @@ fn variant_files_str(
             clear_speculative_keys(&mut t, &variant.set);
         }
         for (key, value) in &variant.set {
-            set_dotted(&mut t, key, value.clone()).map_err(|reason| SpecError::Override {
+            set_dotted(&mut t, key, value.clone()).map_err(|reason| ExperimentError::Override {
                 assignment: format!("sweep variant `{}`: {key}", variant.name),
                 reason,
             })?;
@@ -181,7 +185,10 @@ fn variant_files_str(
 
 /// Applies `--set` overrides to a file's table as loading does: one that sets
 /// `speculative.algorithm = "none"` first clears the speculative keys the others do not set.
-pub fn apply_overrides(table: &mut toml::Table, overrides: &[String]) -> Result<(), SpecError> {
+pub fn apply_overrides(
+    table: &mut toml::Table,
+    overrides: &[String],
+) -> Result<(), ExperimentError> {
     let set_by_overrides = override_keys(overrides);
     if turns_speculation_off(&set_by_overrides) {
         clear_speculative_keys(table, &set_by_overrides);
@@ -198,11 +205,11 @@ const INFINITY_ALLOWED: &[&str] = &["benchmark.request_rate"];
 
 /// No NaN anywhere in the file, and no infinity where it is not a setting's meaning: a
 /// `temperature = nan` would otherwise run, and compare false against every bound.
-fn check_finite(table: &toml::Table, path: &Path) -> Result<(), SpecError> {
-    fn walk(value: &toml::Value, key: &str, path: &Path) -> Result<(), SpecError> {
+fn check_finite(table: &toml::Table, path: &Path) -> Result<(), ExperimentError> {
+    fn walk(value: &toml::Value, key: &str, path: &Path) -> Result<(), ExperimentError> {
         match value {
             toml::Value::Float(f) if f.is_nan() || (f.is_infinite() && !allowed(key, *f)) => {
-                Err(SpecError::Invalid {
+                Err(ExperimentError::Invalid {
                     path: path.into(),
                     rule: "finite numbers",
                     message: format!("`{key}` is {f}"),
@@ -306,7 +313,7 @@ fn clear_speculative_keys(
     }
 }
 
-fn parse_table(table: &toml::Table, path: &Path) -> Result<ExperimentFile, SpecError> {
+fn parse_table(table: &toml::Table, path: &Path) -> Result<ExperimentFile, ExperimentError> {
     ExperimentFile::deserialize_table(table).map_err(|e| {
         let message = e.message().to_string();
         schema_error(&message, path, None)
@@ -320,9 +327,9 @@ impl ExperimentFile {
 }
 
 /// An unknown key that came from `--set` is named with the table the user aimed at.
-fn name_override_section(e: SpecError, overrides: &[String]) -> SpecError {
+fn name_override_section(e: ExperimentError, overrides: &[String]) -> ExperimentError {
     match e {
-        SpecError::UnknownKey {
+        ExperimentError::UnknownKey {
             path,
             key,
             suggestion,
@@ -338,7 +345,7 @@ fn name_override_section(e: SpecError, overrides: &[String]) -> SpecError {
                         .map(|(parent, _)| format!("[{parent}] (from --set {k})"))
                 })
                 .unwrap_or_else(|| "the experiment".into());
-            SpecError::UnknownKey {
+            ExperimentError::UnknownKey {
                 path,
                 key,
                 section,
@@ -350,7 +357,7 @@ fn name_override_section(e: SpecError, overrides: &[String]) -> SpecError {
     }
 }
 
-fn from_toml_error(e: toml::de::Error, text: &str, path: &Path) -> SpecError {
+fn from_toml_error(e: toml::de::Error, text: &str, path: &Path) -> ExperimentError {
     let span = e.span().map(|r| span_at(text, r));
     let message = e.message().to_string();
     if message.contains("unknown field")
@@ -359,13 +366,13 @@ fn from_toml_error(e: toml::de::Error, text: &str, path: &Path) -> SpecError {
     {
         let section = e.span().map(|r| table_header_before(text, r.start));
         return match schema_error(&message, path, span) {
-            SpecError::UnknownKey {
+            ExperimentError::UnknownKey {
                 path,
                 key,
                 suggestion,
                 span,
                 ..
-            } => SpecError::UnknownKey {
+            } => ExperimentError::UnknownKey {
                 path,
                 key,
                 section: section.unwrap_or_else(|| "the experiment".into()),
@@ -376,12 +383,12 @@ fn from_toml_error(e: toml::de::Error, text: &str, path: &Path) -> SpecError {
         };
     }
     match span {
-        Some(span) => SpecError::Syntax {
+        Some(span) => ExperimentError::Syntax {
             path: path.into(),
             message: message.trim().to_string(),
             span,
         },
-        None => SpecError::Schema {
+        None => ExperimentError::Schema {
             path: path.into(),
             message,
             span: None,
@@ -396,7 +403,7 @@ fn is_type_error(m: &str) -> bool {
 }
 
 /// Turns serde's "unknown field `x`, expected one of `a`, `b`" into a suggestion.
-fn schema_error(message: &str, path: &Path, span: Option<SourceSpan>) -> SpecError {
+fn schema_error(message: &str, path: &Path, span: Option<SourceSpan>) -> ExperimentError {
     if let Some(rest) = message.strip_prefix("unknown field `") {
         let key = rest.split('`').next().unwrap_or("").to_string();
         let expected: Vec<&str> = rest
@@ -410,7 +417,7 @@ fn schema_error(message: &str, path: &Path, span: Option<SourceSpan>) -> SpecErr
             .filter(|(score, _)| *score > 0.75)
             .max_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(_, c)| c.to_string());
-        return SpecError::UnknownKey {
+        return ExperimentError::UnknownKey {
             path: path.into(),
             key,
             section: "the experiment".into(),
@@ -418,7 +425,7 @@ fn schema_error(message: &str, path: &Path, span: Option<SourceSpan>) -> SpecErr
             span,
         };
     }
-    SpecError::Schema {
+    ExperimentError::Schema {
         path: path.into(),
         message: message.trim().to_string(),
         span,
@@ -448,23 +455,23 @@ fn table_header_before(text: &str, offset: usize) -> String {
         .unwrap_or_else(|| "the top level".into())
 }
 
-pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<(), SpecError> {
+pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<(), ExperimentError> {
     let (key, raw) = assignment
         .split_once('=')
-        .ok_or_else(|| SpecError::Override {
+        .ok_or_else(|| ExperimentError::Override {
             assignment: assignment.into(),
             reason: "expected KEY=VALUE, e.g. speculative.num_steps=3".into(),
         })?;
     let key = key.trim();
     let raw = raw.trim();
     if key.is_empty() {
-        return Err(SpecError::Override {
+        return Err(ExperimentError::Override {
             assignment: assignment.into(),
             reason: "the key is empty".into(),
         });
     }
     let value = parse_value(raw);
-    set_dotted(table, key, value).map_err(|reason| SpecError::Override {
+    set_dotted(table, key, value).map_err(|reason| ExperimentError::Override {
         assignment: assignment.into(),
         reason,
     })

@@ -4,11 +4,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::error::SpecError;
+use super::error::ExperimentError;
 use super::file::{Algorithm, ExperimentFile};
 use super::speculative::{validate_speculative, SpecConfig};
 use super::vllm_speculative::validate_vllm_speculative;
-use super::workload::{EngineSettings, KvSettings, Workload};
+use super::workload::{KvSettings, ServingEngine, Workload};
 use crate::arch::{DraftArch, ModelArch};
 
 /// The hardware the experiment names; its contents are the backend's business.
@@ -54,7 +54,7 @@ pub struct Experiment {
     /// KV pool, prefix caching, chunked prefill.
     pub kv: KvSettings,
     /// Whose scheduler the simulator plays.
-    pub engine: EngineSettings,
+    pub engine: ServingEngine,
     pub trace: Option<PathBuf>,
     /// `[workload] accept_length`: every round drawn to this mean, where no trace is given.
     pub accept_length: Option<f64>,
@@ -76,14 +76,14 @@ pub(crate) fn resolve(
     file: ExperimentFile,
     path: &Path,
     base_dir: &Path,
-) -> Result<Experiment, SpecError> {
-    let invalid = |rule: &'static str, message: String, fix: &str| SpecError::Invalid {
+) -> Result<Experiment, ExperimentError> {
+    let invalid = |rule: &'static str, message: String, fix: &str| ExperimentError::Invalid {
         path: path.into(),
         rule,
         message,
         fix: fix.into(),
     };
-    let arch_err = |key: &'static str, what: String, source| SpecError::Arch {
+    let arch_err = |key: &'static str, what: String, source| ExperimentError::Arch {
         path: path.into(),
         what,
         key,
@@ -125,7 +125,7 @@ pub(crate) fn resolve(
     } else {
         validate_speculative(&file.speculative)
     }
-    .map_err(|v| SpecError::Invalid {
+    .map_err(|v| ExperimentError::Invalid {
         path: path.into(),
         rule: v.rule,
         message: v.message,
@@ -323,7 +323,7 @@ pub(crate) fn resolve(
         }
         concurrency.push(c as u32);
     }
-    let positive = |v: i64, key: &'static str| -> Result<u32, SpecError> {
+    let positive = |v: i64, key: &'static str| -> Result<u32, ExperimentError> {
         if v <= 0 || v > u32::MAX as i64 {
             Err(invalid(
                 key,
