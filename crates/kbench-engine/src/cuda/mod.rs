@@ -246,7 +246,7 @@ impl CudaOptions {
     /// `cuda_graph_max_bs`, a context long enough for its longest prompt, `max_tokens` and
     /// one round's tree; `[backend.engine] kernels` (default `auto`).
     pub fn from_experiment(
-        exp: &kbench_core::spec::Experiment,
+        exp: &kbench_core::experiment::Experiment,
         first: usize,
     ) -> Result<CudaOptions> {
         let mut o = CudaOptions::new(first, exp.tp_size.max(1) as usize);
