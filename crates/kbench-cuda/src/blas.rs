@@ -12,6 +12,7 @@
 
 use crate::device::{CudaDevice, DBuf};
 use crate::error::{CudaError, Result};
+use crate::linear_args::{LinearArgs, Operand};
 use cudarc::cublas::sys as cb;
 use cudarc::driver::{CudaContext, CudaStream};
 use std::ffi::c_void;
@@ -181,37 +182,21 @@ impl Blas {
         Arc::ptr_eq(&self.stream, &dev.stream)
     }
 
-    /// Batched BF16 linear, row-major NT, the semantics of [`crate::ops::bf16_matmul`]:
-    /// `Y[z][m, n] = sum_k X[z][m, k] W[z][n, k]` for z < `batch`, X and W bf16, Y bf16 or f32
-    /// (`y_f32`), f32 accumulation. Row strides `ldx`, `ldw`, `ldy` and batch strides `sxz`,
-    /// `swz`, `syz` are in elements; batch strides are ignored when `batch` is 1. Inputs may be
-    /// shared between batch entries (stride 0); outputs must not overlap. Any k > 0, any
-    /// strides and element-aligned addresses are taken (cuBLAS picks slower kernels when rows
-    /// are not 16-byte aligned).
-    #[allow(clippy::too_many_arguments)]
-    pub fn bf16_linear(
-        &self,
-        x: u64,
-        ldx: usize,
-        sxz: usize,
-        w: u64,
-        ldw: usize,
-        swz: usize,
-        y: u64,
-        ldy: usize,
-        syz: usize,
-        y_f32: bool,
-        m: usize,
-        n: usize,
-        kdim: usize,
-        batch: usize,
-    ) -> Result<()> {
-        let Some(g) = plan(
-            x, ldx, sxz, w, ldw, swz, y, ldy, syz, y_f32, m, n, kdim, batch,
-        )?
-        else {
+    /// The linear of [`LinearArgs`], the semantics of [`crate::ops::bf16_matmul`]. Any k > 0,
+    /// any strides and element-aligned addresses are taken (cuBLAS picks slower kernels when
+    /// rows are not 16-byte aligned).
+    pub fn bf16_linear(&self, args: LinearArgs) -> Result<()> {
+        let Some(g) = plan(args)? else {
             return Ok(());
         };
+        let LinearArgs {
+            y_f32,
+            m,
+            n,
+            k: kdim,
+            batch,
+            ..
+        } = args;
         // CUBLAS_COMPUTE_32F takes f32 alpha / beta; in host pointer mode they are read at call
         // time, so a captured graph keeps the values, not these stack addresses
         let (alpha, beta) = (1.0f32, 0.0f32);
@@ -309,23 +294,32 @@ struct Gemm {
 
 /// Check a linear's arguments and map them onto cuBLAS's (see the module doc); None when there
 /// is nothing to compute.
-#[allow(clippy::too_many_arguments)]
-fn plan(
-    x: u64,
-    ldx: usize,
-    sxz: usize,
-    w: u64,
-    ldw: usize,
-    swz: usize,
-    y: u64,
-    ldy: usize,
-    syz: usize,
-    y_f32: bool,
-    m: usize,
-    n: usize,
-    kdim: usize,
-    batch: usize,
-) -> Result<Option<Gemm>> {
+fn plan(args: LinearArgs) -> Result<Option<Gemm>> {
+    let LinearArgs {
+        x:
+            Operand {
+                ptr: x,
+                ld: ldx,
+                batch_stride: sxz,
+            },
+        w:
+            Operand {
+                ptr: w,
+                ld: ldw,
+                batch_stride: swz,
+            },
+        y:
+            Operand {
+                ptr: y,
+                ld: ldy,
+                batch_stride: syz,
+            },
+        y_f32,
+        m,
+        n,
+        k: kdim,
+        batch,
+    } = args;
     if m == 0 || n == 0 || batch == 0 {
         return Ok(None);
     }
@@ -406,9 +400,16 @@ mod tests {
     #[test]
     fn nt_linear_maps_to_transposed_weights_times_activations() {
         // q_b-like: Y[7, 12288] = X[7, 1536] W[12288, 1536]^T, padded rows
-        let g = plan(
-            0x1000, 1600, 0, 0x2000, 1536, 0, 0x3000, 12300, 0, false, 7, 12288, 1536, 1,
-        )
+        let g = plan(LinearArgs {
+            x: Operand::matrix(0x1000, 1600),
+            w: Operand::matrix(0x2000, 1536),
+            y: Operand::matrix(0x3000, 12300),
+            y_f32: false,
+            m: 7,
+            n: 12288,
+            k: 1536,
+            batch: 1,
+        })
         .unwrap()
         .unwrap();
         assert_eq!((g.transa, g.transb), (CUBLAS_OP_T, CUBLAS_OP_N));
@@ -424,22 +425,16 @@ mod tests {
     #[test]
     fn absorbed_mla_batch_keeps_strides() {
         // W_UK: q [T, 64 * 192] (nope part of each head), W [64][512][128], out [T, 64 * 576]
-        let g = plan(
-            0x1000,
-            64 * 192,
-            192,
-            0x2000,
-            128,
-            512 * 128,
-            0x3000,
-            64 * 576,
-            576,
-            true,
-            5,
-            512,
-            128,
-            64,
-        )
+        let g = plan(LinearArgs {
+            x: Operand::batched(0x1000, 64 * 192, 192),
+            w: Operand::batched(0x2000, 128, 512 * 128),
+            y: Operand::batched(0x3000, 64 * 576, 576),
+            y_f32: true,
+            m: 5,
+            n: 512,
+            k: 128,
+            batch: 64,
+        })
         .unwrap()
         .unwrap();
         assert_eq!((g.m, g.n, g.k, g.batch), (512, 5, 128, 64));
@@ -451,26 +446,79 @@ mod tests {
     #[test]
     fn bad_arguments_are_typed_errors() {
         let ok = |r: Result<Option<Gemm>>| r.map(|g| g.is_some());
+        // a valid linear; each bad case changes what its comment says
+        let base = LinearArgs {
+            x: Operand::matrix(0x10, 8),
+            w: Operand::matrix(0x20, 8),
+            y: Operand::matrix(0x30, 8),
+            y_f32: false,
+            m: 2,
+            n: 8,
+            k: 8,
+            batch: 1,
+        };
+        assert!(ok(plan(base)).unwrap());
         // nothing to do
-        assert!(!ok(plan(0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0, 8, 8, 1)).unwrap());
+        let null = Operand::matrix(0, 0);
+        let empty = LinearArgs {
+            x: null,
+            w: null,
+            y: null,
+            m: 0,
+            ..base
+        };
+        assert!(!ok(plan(empty)).unwrap());
         let bad = [
-            plan(0x10, 8, 0, 0x20, 8, 0, 0x30, 8, 0, false, 2, 8, 0, 1), // K 0
-            plan(0x10, 7, 0, 0x20, 8, 0, 0x30, 8, 0, false, 2, 8, 8, 1), // ldx < K
-            plan(0x10, 8, 0, 0x20, 7, 0, 0x30, 8, 0, false, 2, 8, 8, 1), // ldw < K
-            plan(0x10, 8, 0, 0x20, 8, 0, 0x30, 7, 0, false, 2, 8, 8, 1), // ldy < N
-            plan(0, 8, 0, 0x20, 8, 0, 0x30, 8, 0, false, 2, 8, 8, 1),    // null X
-            plan(0x11, 8, 0, 0x20, 8, 0, 0x30, 8, 0, false, 2, 8, 8, 1), // odd X
-            plan(0x10, 8, 0, 0x20, 8, 0, 0x32, 8, 0, true, 2, 8, 8, 1),  // f32 Y not 4-aligned
-            plan(0x10, 16, 8, 0x20, 8, 64, 0x30, 16, 4, false, 2, 8, 8, 2), // outputs overlap
-            plan(0x10, 1 << 31, 0, 0x20, 8, 0, 0x30, 8, 0, false, 2, 8, 8, 1), // ldx > i32
+            LinearArgs { k: 0, ..base }, // K 0
+            LinearArgs {
+                x: Operand::matrix(0x10, 7), // ldx < K
+                ..base
+            },
+            LinearArgs {
+                w: Operand::matrix(0x20, 7), // ldw < K
+                ..base
+            },
+            LinearArgs {
+                y: Operand::matrix(0x30, 7), // ldy < N
+                ..base
+            },
+            LinearArgs {
+                x: Operand::matrix(0, 8), // null X
+                ..base
+            },
+            LinearArgs {
+                x: Operand::matrix(0x11, 8), // odd X
+                ..base
+            },
+            LinearArgs {
+                y: Operand::matrix(0x32, 8), // f32 Y not 4-aligned
+                y_f32: true,
+                ..base
+            },
+            LinearArgs {
+                // outputs overlap
+                x: Operand::batched(0x10, 16, 8),
+                w: Operand::batched(0x20, 8, 64),
+                y: Operand::batched(0x30, 16, 4),
+                batch: 2,
+                ..base
+            },
+            LinearArgs {
+                x: Operand::matrix(0x10, 1 << 31), // ldx > i32
+                ..base
+            },
         ];
-        for (i, r) in bad.into_iter().enumerate() {
+        for (i, a) in bad.into_iter().enumerate() {
+            let r = plan(a);
             assert!(matches!(r, Err(CudaError::Invalid(_))), "case {i}: {r:?}");
         }
         // stacked batches and shared weights (stride 0) are fine
-        assert!(ok(plan(
-            0x10, 8, 16, 0x20, 8, 0, 0x30, 8, 16, false, 2, 8, 8, 3
-        ))
+        assert!(ok(plan(LinearArgs {
+            x: Operand::batched(0x10, 8, 16),
+            y: Operand::batched(0x30, 8, 16),
+            batch: 3,
+            ..base
+        }))
         .unwrap());
     }
 
@@ -521,9 +569,16 @@ mod tests {
             let w: Vec<f64> = (0..batch * swz).map(|i| val(i + 5)).collect();
             // distinct fake addresses tell which host array cuBLAS would read as A and as B
             let (px, pw, py) = (0x100u64, 0x200u64, 0x300u64);
-            let g = plan(
-                px, ldx, sxz, pw, ldw, swz, py, ldy, syz, false, m, n, k, batch,
-            )
+            let g = plan(LinearArgs {
+                x: Operand::batched(px, ldx, sxz),
+                w: Operand::batched(pw, ldw, swz),
+                y: Operand::batched(py, ldy, syz),
+                y_f32: false,
+                m,
+                n,
+                k,
+                batch,
+            })
             .unwrap()
             .unwrap();
             let host = |p: u64| {

@@ -14,20 +14,13 @@
 //! not here: this is the library the engine links, and the benchmarks price against the
 //! simulator's op tables, which the CUDA layer must not depend on.
 
-// `x % n != 0` is kept: `is_multiple_of` needs Rust 1.87 (workspace MSRV is 1.85).
-#![allow(
-    clippy::manual_is_multiple_of,
-    clippy::too_many_arguments,
-    clippy::needless_range_loop,
-    clippy::type_complexity
-)]
-
 pub mod blas;
 pub mod comm;
 pub mod device;
 mod error;
 pub mod kernels;
 mod linear;
+mod linear_args;
 pub mod nvrtc;
 pub mod ops;
 pub mod reference;
@@ -37,6 +30,7 @@ pub use cudarc::driver::DeviceRepr;
 pub use device::{CudaDevice, DBuf};
 pub use error::{CudaError, Result};
 pub use linear::Linear;
+pub use linear_args::{LinearArgs, Operand};
 
 /// The result of compiling one kernel file for one architecture.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,6 +5,7 @@
 use crate::blas::Blas;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, Result};
+use crate::linear_args::LinearArgs;
 use crate::ops::{self, Workspace};
 
 /// The backend of a dense BF16 linear.
@@ -32,28 +33,10 @@ impl<'a> Linear<'a> {
         }
     }
 
-    /// `Y[z][m, n] = sum_k X[z][m, k] W[z][n, k]`, arguments as [`ops::bf16_matmul`] takes them
-    /// (without the workspace, which the own variant carries). The own kernel's extra limits
-    /// (K % 32, strides % 8, 16-byte aligned X and W) apply only when it runs.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run(
-        &self,
-        dev: &CudaDevice,
-        x: u64,
-        ldx: usize,
-        sxz: usize,
-        w: u64,
-        ldw: usize,
-        swz: usize,
-        y: u64,
-        ldy: usize,
-        syz: usize,
-        y_f32: bool,
-        m: usize,
-        n: usize,
-        kdim: usize,
-        batch: usize,
-    ) -> Result<()> {
+    /// The linear of [`LinearArgs`] on the picked backend. The own kernel's extra limits
+    /// (K % 32, strides % 8, 16-byte aligned X and W; see [`ops::bf16_matmul`]) apply only
+    /// when it runs.
+    pub fn run(&self, dev: &CudaDevice, args: LinearArgs) -> Result<()> {
         match *self {
             Linear::Cublas(b) => {
                 // a handle on another stream would run unordered with the caller's kernels
@@ -62,13 +45,9 @@ impl<'a> Linear<'a> {
                         "cublas linear: the Blas handle belongs to another device / stream".into(),
                     ));
                 }
-                b.bf16_linear(
-                    x, ldx, sxz, w, ldw, swz, y, ldy, syz, y_f32, m, n, kdim, batch,
-                )
+                b.bf16_linear(args)
             }
-            Linear::Own(ws) => ops::bf16_matmul(
-                dev, x, ldx, sxz, w, ldw, swz, y, ldy, syz, y_f32, m, n, kdim, batch, ws,
-            ),
+            Linear::Own(ws) => ops::bf16_matmul(dev, args, ws),
         }
     }
 }

@@ -2,9 +2,13 @@
 //! so callers can pass sub-ranges; every wrapper checks sizes, alignment and launch limits.
 //! Layout conventions are documented in each kernel file's header comment.
 
+// Each wrapper takes its kernel's parameters one for one.
+#![allow(clippy::too_many_arguments)]
+
 use crate::device::{Arg, CudaDevice};
 use crate::error::{CudaError, Result};
 use crate::kernels as k;
+use crate::linear_args::{LinearArgs, Operand};
 
 fn inv(msg: String) -> CudaError {
     CudaError::Invalid(msg)
@@ -55,7 +59,6 @@ fn pick_splits(
 }
 
 /// INT4 (group-32) x BF16: `Y[m, n] = sum_k X[m, k] W[n, k]`. Wq int32 [N, K/8], S bf16 [N, K/32].
-#[allow(clippy::too_many_arguments)]
 pub fn int4_matmul(
     dev: &CudaDevice,
     x: u64,
@@ -130,26 +133,34 @@ pub fn int4_matmul(
     Ok(())
 }
 
-/// Batched BF16 matmul: `Y[z][m, n] = sum_k X[z][m, k] W[z][n, k]` (strides in elements).
-#[allow(clippy::too_many_arguments)]
-pub fn bf16_matmul(
-    dev: &CudaDevice,
-    x: u64,
-    ldx: usize,
-    sxz: usize,
-    w: u64,
-    ldw: usize,
-    swz: usize,
-    y: u64,
-    ldy: usize,
-    syz: usize,
-    y_f32: bool,
-    m: usize,
-    n: usize,
-    kdim: usize,
-    batch: usize,
-    ws: Workspace,
-) -> Result<()> {
+/// The batched BF16 linear of [`LinearArgs`] on the crate's own kernel, which needs K % 32,
+/// row and batch strides of X and W % 8, and X and W 16-byte aligned.
+pub fn bf16_matmul(dev: &CudaDevice, args: LinearArgs, ws: Workspace) -> Result<()> {
+    let LinearArgs {
+        x:
+            Operand {
+                ptr: x,
+                ld: ldx,
+                batch_stride: sxz,
+            },
+        w:
+            Operand {
+                ptr: w,
+                ld: ldw,
+                batch_stride: swz,
+            },
+        y:
+            Operand {
+                ptr: y,
+                ld: ldy,
+                batch_stride: syz,
+            },
+        y_f32,
+        m,
+        n,
+        k: kdim,
+        batch,
+    } = args;
     if m == 0 || n == 0 || batch == 0 {
         return Ok(());
     }
@@ -337,7 +348,6 @@ pub fn moe_route(
 
 /// The routed experts after routing: align, gate/up + SwiGLU, down, combine (+ shared expert
 /// output `shared` bf16 [T, ld_shared], or 0) into `out` bf16 [T, ld_out].
-#[allow(clippy::too_many_arguments)]
 pub fn moe_experts(
     dev: &CudaDevice,
     c: &MoeConfig,
@@ -473,7 +483,6 @@ pub fn mla_workspace(s: &MlaShape, splits: usize) -> (usize, usize) {
 /// MLA attention (absorbed). q bf16 [B, q_len*H, 576]; cache bf16 [pages, page_size, 576];
 /// block_table i32 [B, max_pages]; prefix_len i32 [B]; mask u64 [B, q_len] or 0 (causal);
 /// out bf16 [B, q_len*H, ld_out >= 512]. `scale` is the softmax scale (not log2).
-#[allow(clippy::too_many_arguments)]
 pub fn mla_attention(
     dev: &CudaDevice,
     s: &MlaShape,
@@ -585,7 +594,6 @@ pub fn mla_kv_store(
 }
 
 /// RMSNorm of `rows` rows of D; with `res_in` != 0, h = x + res_in is stored to `res_out` and normalised.
-#[allow(clippy::too_many_arguments)]
 pub fn rmsnorm(
     dev: &CudaDevice,
     x: u64,
@@ -636,7 +644,6 @@ pub fn rmsnorm(
 }
 
 /// In-place rotary embedding (YaRN inv_freq f32 [rot_dim/2] from [`crate::reference::yarn_inv_freq`]).
-#[allow(clippy::too_many_arguments)]
 pub fn rope(
     dev: &CudaDevice,
     x: u64,
@@ -704,17 +711,26 @@ pub fn swiglu(
     )
 }
 
+/// A bf16 embedding table on the device: `v` rows of `d` values, rows contiguous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EmbeddingTable {
+    pub ptr: u64,
+    /// Rows (vocabulary size); ids outside [0, v) read zeros.
+    pub v: usize,
+    /// Values per row (hidden size), also the row stride.
+    pub d: usize,
+}
+
 /// out[t] = table[ids[t]] (zeros for ids outside [0, V)).
 pub fn embedding(
     dev: &CudaDevice,
     ids: u64,
-    table: u64,
-    v: usize,
-    d: usize,
+    table: EmbeddingTable,
     out: u64,
     ld_out: usize,
     t: usize,
 ) -> Result<()> {
+    let EmbeddingTable { ptr: table, v, d } = table;
     if d % 8 != 0 || ld_out % 8 != 0 {
         return Err(inv("embedding: D and ld_out must be multiples of 8".into()));
     }
@@ -738,7 +754,6 @@ pub fn embedding(
 }
 
 /// Per-row top-k of f32 scores; `prob` (or 0) receives softmax probabilities of the picks.
-#[allow(clippy::too_many_arguments)]
 pub fn topk(
     dev: &CudaDevice,
     x: u64,
@@ -772,7 +787,6 @@ pub fn topk(
 }
 
 /// Greedy tree verification (see tree_verify.cu). All arrays i32 [B, N] except accept_len [B].
-#[allow(clippy::too_many_arguments)]
 pub fn tree_verify_greedy(
     dev: &CudaDevice,
     cand: u64,
@@ -805,7 +819,6 @@ pub fn tree_verify_greedy(
 
 /// Per-row sampling (see sampling.cu). temperature f32 [rows], top_k i32 [rows], top_p f32
 /// [rows], uniform f32 [rows] in [0, 1); out i32 [rows].
-#[allow(clippy::too_many_arguments)]
 pub fn sample(
     dev: &CudaDevice,
     logits: u64,

@@ -1,6 +1,9 @@
 //! Straightforward f32 CPU references for every kernel (the oracle for the GPU tests), and the
 //! host-side helpers the kernels need (INT4 packing, YaRN frequencies, from kbench-numerics).
 
+// Each reference takes its kernel's parameters one for one.
+#![allow(clippy::too_many_arguments)]
+
 use crate::bf16;
 
 /// Pack q in [-8, 7] (row-major [N, K]) into compressed-tensors int32 words [N, K/8].
@@ -39,7 +42,6 @@ pub fn silu(x: f32) -> f32 {
 }
 
 /// DeepSeek-V3 routing: returns (ids [T, k], weights [T, k]).
-#[allow(clippy::too_many_arguments)]
 pub fn moe_route(
     logits: &[f32],
     bias: Option<&[f32]>,
@@ -95,7 +97,6 @@ pub fn moe_route(
 
 /// Routed experts given routing: x [T, H]; w13 dequantized [E][2I, H]; w2 [E][H, I].
 /// act is rounded to bf16 as the kernel stores it. Returns f32 [T, H] (before bf16 rounding).
-#[allow(clippy::too_many_arguments)]
 pub fn moe_experts(
     x: &[f32],
     t: usize,
@@ -238,13 +239,13 @@ pub fn mla_softmax_scale(qk_head_dim: usize, y: &Yarn) -> f32 {
 /// In-place rope on one vector `x[..rot_dim]`.
 pub fn rope(x: &mut [f32], pos: i32, inv_freq: &[f32], mscale: f32, interleaved: bool) {
     let half = inv_freq.len();
-    for i in 0..half {
+    for (i, &f) in inv_freq.iter().enumerate() {
         let (i0, i1) = if interleaved {
             (2 * i, 2 * i + 1)
         } else {
             (i, i + half)
         };
-        let ang = pos as f64 * inv_freq[i] as f64;
+        let ang = pos as f64 * f as f64;
         let (s, c) = ang.sin_cos();
         let (c, s) = (c * mscale as f64, s * mscale as f64);
         let (a, b) = (x[i0] as f64, x[i1] as f64);

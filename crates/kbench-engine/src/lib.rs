@@ -5,10 +5,6 @@
 //! `cuda`, chosen with [`Device`]). Where no CUDA driver or GPU is present, asking for one
 //! is an error ([`EngineError::DeviceUnavailable`]), so the crate builds and tests anywhere.
 #![recursion_limit = "256"]
-// `is_multiple_of` needs Rust 1.87; the workspace's rust-version is 1.85.
-#![allow(clippy::manual_is_multiple_of)]
-// Kernels index several arrays with one loop variable on purpose.
-#![allow(clippy::needless_range_loop)]
 
 mod backend;
 pub mod batcher;

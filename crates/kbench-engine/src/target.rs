@@ -417,8 +417,7 @@ impl Target {
         let mut captured = vec![0f32; total * ncap * h];
         for (li, layer) in self.layers.iter().enumerate() {
             let hn = rms_norm_to(&x, &layer.in_norm, self.eps);
-            let (attn_out, kv) =
-                self.attention(li, layer, &hn, total, &tables, segs, &offsets, mode);
+            let (attn_out, kv) = self.attention(li, &hn, &tables, segs, &offsets, mode);
             for (si, _) in segs.iter().enumerate() {
                 kv_out[si].push(kv[offsets[si] * width..offsets[si + 1] * width].to_vec());
             }
@@ -474,19 +473,19 @@ impl Target {
         Ok(out)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Layer `li`'s attention over `hn`, the normed rows of every segment, segment `si`'s
+    /// rows `offsets[si]..offsets[si + 1]` (`offsets` ends with the row count).
     fn attention(
         &self,
         li: usize,
-        layer: &Layer,
         hn: &[f32],
-        total: usize,
         tables: &[(Vec<f32>, Vec<f32>)],
         segs: &[Segment<'_>],
         offsets: &[usize],
         mode: MlaMode,
     ) -> (Vec<f32>, Vec<f32>) {
-        let a = &layer.attn;
+        let a = &self.layers[li].attn;
+        let total = offsets[segs.len()];
         let (heads, nope, rd, vd, rank) =
             (self.heads, self.nope, self.rope_dim, self.vdim, self.rank);
         let qd = nope + rd;
@@ -545,8 +544,7 @@ impl Target {
                 match mode {
                     MlaMode::Absorbed => {
                         let mut qlat = vec![0f32; rank];
-                        for d in 0..nope {
-                            let qv = qh[d];
+                        for (d, &qv) in qh[..nope].iter().enumerate() {
                             for (r, ql) in qlat.iter_mut().enumerate() {
                                 *ql += qv * wuk(d, r);
                             }
@@ -583,12 +581,12 @@ impl Target {
                         for (j, sc) in scores.iter_mut().enumerate() {
                             let k = key(j);
                             let mut s = 0f32;
-                            for d in 0..nope {
+                            for (d, &qv) in qh[..nope].iter().enumerate() {
                                 let mut kn = 0f32;
-                                for r in 0..rank {
-                                    kn += wuk(d, r) * k[r];
+                                for (r, &kr) in k[..rank].iter().enumerate() {
+                                    kn += wuk(d, r) * kr;
                                 }
-                                s += qh[d] * kn;
+                                s += qv * kn;
                             }
                             for d in 0..rd {
                                 s += qh[nope + d] * k[rank + d];
@@ -596,8 +594,8 @@ impl Target {
                             *sc = s * scale;
                             for d in 0..vd {
                                 let mut v = 0f32;
-                                for r in 0..rank {
-                                    v += wuv(d, r) * k[r];
+                                for (r, &kr) in k[..rank].iter().enumerate() {
+                                    v += wuv(d, r) * kr;
                                 }
                                 vals[j * vd + d] = v;
                             }

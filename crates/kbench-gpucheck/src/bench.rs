@@ -11,8 +11,8 @@ use kbench_cuda::bf16;
 use kbench_cuda::blas::Blas;
 use kbench_cuda::device::{CudaDevice, DBuf};
 use kbench_cuda::ops::{self, MlaShape, MoeConfig, MoeScratch, MoeWeights};
-use kbench_cuda::Linear;
 use kbench_cuda::Result;
+use kbench_cuda::{Linear, LinearArgs, Operand};
 use std::fmt::Write as _;
 
 /// One timed case.
@@ -150,22 +150,16 @@ pub fn cublas_bf16_tflops(dev: &CudaDevice, n: usize) -> Result<f64> {
     let b = rand_bf16(dev, &mut rng, n * n, 1.0)?;
     let c = dev.alloc::<u16>(n * n)?;
     let run = || {
-        blas.bf16_linear(
-            a.ptr(),
+        blas.bf16_linear(LinearArgs {
+            x: Operand::matrix(a.ptr(), n),
+            w: Operand::matrix(b.ptr(), n),
+            y: Operand::matrix(c.ptr(), n),
+            y_f32: false,
+            m: n,
             n,
-            0,
-            b.ptr(),
-            n,
-            0,
-            c.ptr(),
-            n,
-            0,
-            false,
-            n,
-            n,
-            n,
-            1,
-        )
+            k: n,
+            batch: 1,
+        })
     };
     for _ in 0..3 {
         run()?;
@@ -263,20 +257,16 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
                     i = (i + 1) % w.len();
                     ops::bf16_matmul(
                         dref,
-                        x.ptr(),
-                        k,
-                        0,
-                        w[i].ptr(),
-                        k,
-                        0,
-                        y.ptr(),
-                        n,
-                        0,
-                        false,
-                        m,
-                        n,
-                        k,
-                        1,
+                        LinearArgs {
+                            x: Operand::matrix(x.ptr(), k),
+                            w: Operand::matrix(w[i].ptr(), k),
+                            y: Operand::matrix(y.ptr(), n),
+                            y_f32: false,
+                            m,
+                            n,
+                            k,
+                            batch: 1,
+                        },
                         Some((ws.ptr(), ws.len())),
                     )
                 }),
@@ -293,22 +283,16 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
                 ref_name: "torch bf16 linear",
                 run: Box::new(move || {
                     i = (i + 1) % w.len();
-                    blas.bf16_linear(
-                        x.ptr(),
-                        k,
-                        0,
-                        w[i].ptr(),
-                        k,
-                        0,
-                        y.ptr(),
-                        n,
-                        0,
-                        false,
+                    blas.bf16_linear(LinearArgs {
+                        x: Operand::matrix(x.ptr(), k),
+                        w: Operand::matrix(w[i].ptr(), k),
+                        y: Operand::matrix(y.ptr(), n),
+                        y_f32: false,
                         m,
                         n,
                         k,
-                        1,
-                    )
+                        batch: 1,
+                    })
                 }),
             });
         }
@@ -734,20 +718,16 @@ pub fn layer_stack(
                     )?;
                     lin.run(
                         dev,
-                        xn.ptr(),
-                        HID,
-                        0,
-                        l.q_a.ptr(),
-                        HID,
-                        0,
-                        qa.ptr(),
-                        QLR,
-                        0,
-                        false,
-                        t,
-                        QLR,
-                        HID,
-                        1,
+                        LinearArgs {
+                            x: Operand::matrix(xn.ptr(), HID),
+                            w: Operand::matrix(l.q_a.ptr(), HID),
+                            y: Operand::matrix(qa.ptr(), QLR),
+                            y_f32: false,
+                            m: t,
+                            n: QLR,
+                            k: HID,
+                            batch: 1,
+                        },
                     )?;
                     ops::rmsnorm(
                         dev,
@@ -765,37 +745,29 @@ pub fn layer_stack(
                     )?;
                     lin.run(
                         dev,
-                        qa.ptr(),
-                        QLR,
-                        0,
-                        l.q_b.ptr(),
-                        QLR,
-                        0,
-                        q.ptr(),
-                        NH * QK,
-                        0,
-                        false,
-                        t,
-                        NH * QK,
-                        QLR,
-                        1,
+                        LinearArgs {
+                            x: Operand::matrix(qa.ptr(), QLR),
+                            w: Operand::matrix(l.q_b.ptr(), QLR),
+                            y: Operand::matrix(q.ptr(), NH * QK),
+                            y_f32: false,
+                            m: t,
+                            n: NH * QK,
+                            k: QLR,
+                            batch: 1,
+                        },
                     )?;
                     lin.run(
                         dev,
-                        xn.ptr(),
-                        HID,
-                        0,
-                        l.kv_a.ptr(),
-                        HID,
-                        0,
-                        kv.ptr(),
-                        D576,
-                        0,
-                        false,
-                        t,
-                        D576,
-                        HID,
-                        1,
+                        LinearArgs {
+                            x: Operand::matrix(xn.ptr(), HID),
+                            w: Operand::matrix(l.kv_a.ptr(), HID),
+                            y: Operand::matrix(kv.ptr(), D576),
+                            y_f32: false,
+                            m: t,
+                            n: D576,
+                            k: HID,
+                            batch: 1,
+                        },
                     )?;
                     ops::rmsnorm(
                         dev,
@@ -842,20 +814,16 @@ pub fn layer_stack(
                     ops::mla_kv_store(dev, kv.ptr(), D576, dslots.ptr(), l.cache.ptr(), t)?;
                     ops::bf16_matmul(
                         dev,
-                        q.ptr(),
-                        NH * QK,
-                        QK,
-                        l.w_uk_t.ptr(),
-                        NOPE,
-                        KVL * NOPE,
-                        qf.ptr(),
-                        NH * D576,
-                        D576,
-                        false,
-                        t,
-                        KVL,
-                        NOPE,
-                        NH,
+                        LinearArgs {
+                            x: Operand::batched(q.ptr(), NH * QK, QK),
+                            w: Operand::batched(l.w_uk_t.ptr(), NOPE, KVL * NOPE),
+                            y: Operand::batched(qf.ptr(), NH * D576, D576),
+                            y_f32: false,
+                            m: t,
+                            n: KVL,
+                            k: NOPE,
+                            batch: NH,
+                        },
                         wso,
                     )?;
                     dev.copy2d(
@@ -883,38 +851,30 @@ pub fn layer_stack(
                     )?;
                     ops::bf16_matmul(
                         dev,
-                        lat.ptr(),
-                        NH * KVL,
-                        KVL,
-                        l.w_uv.ptr(),
-                        KVL,
-                        VH * KVL,
-                        av.ptr(),
-                        NH * VH,
-                        VH,
-                        false,
-                        t,
-                        VH,
-                        KVL,
-                        NH,
+                        LinearArgs {
+                            x: Operand::batched(lat.ptr(), NH * KVL, KVL),
+                            w: Operand::batched(l.w_uv.ptr(), KVL, VH * KVL),
+                            y: Operand::batched(av.ptr(), NH * VH, VH),
+                            y_f32: false,
+                            m: t,
+                            n: VH,
+                            k: KVL,
+                            batch: NH,
+                        },
                         wso,
                     )?;
                     lin.run(
                         dev,
-                        av.ptr(),
-                        NH * VH,
-                        0,
-                        l.o_proj.ptr(),
-                        NH * VH,
-                        0,
-                        o.ptr(),
-                        HID,
-                        0,
-                        false,
-                        t,
-                        HID,
-                        NH * VH,
-                        1,
+                        LinearArgs {
+                            x: Operand::matrix(av.ptr(), NH * VH),
+                            w: Operand::matrix(l.o_proj.ptr(), NH * VH),
+                            y: Operand::matrix(o.ptr(), HID),
+                            y_f32: false,
+                            m: t,
+                            n: HID,
+                            k: NH * VH,
+                            batch: 1,
+                        },
                     )?;
                     ops::rmsnorm(
                         dev,
@@ -932,57 +892,45 @@ pub fn layer_stack(
                     )?;
                     ops::bf16_matmul(
                         dev,
-                        xn.ptr(),
-                        HID,
-                        0,
-                        l.router.ptr(),
-                        HID,
-                        0,
-                        logits.ptr(),
-                        c.n_experts,
-                        0,
-                        true,
-                        t,
-                        c.n_experts,
-                        HID,
-                        1,
+                        LinearArgs {
+                            x: Operand::matrix(xn.ptr(), HID),
+                            w: Operand::matrix(l.router.ptr(), HID),
+                            y: Operand::matrix(logits.ptr(), c.n_experts),
+                            y_f32: true,
+                            m: t,
+                            n: c.n_experts,
+                            k: HID,
+                            batch: 1,
+                        },
                         wso,
                     )?;
                     ops::moe_route(dev, &c, logits.ptr(), l.moe.bias.ptr(), t, &sc)?;
                     lin.run(
                         dev,
-                        xn.ptr(),
-                        HID,
-                        0,
-                        l.sh_gu.ptr(),
-                        HID,
-                        0,
-                        shgu.ptr(),
-                        2 * SHI,
-                        0,
-                        false,
-                        t,
-                        2 * SHI,
-                        HID,
-                        1,
+                        LinearArgs {
+                            x: Operand::matrix(xn.ptr(), HID),
+                            w: Operand::matrix(l.sh_gu.ptr(), HID),
+                            y: Operand::matrix(shgu.ptr(), 2 * SHI),
+                            y_f32: false,
+                            m: t,
+                            n: 2 * SHI,
+                            k: HID,
+                            batch: 1,
+                        },
                     )?;
                     ops::swiglu(dev, shgu.ptr(), 2 * SHI, shact.ptr(), SHI, t, SHI)?;
                     lin.run(
                         dev,
-                        shact.ptr(),
-                        SHI,
-                        0,
-                        l.sh_down.ptr(),
-                        SHI,
-                        0,
-                        shout.ptr(),
-                        HID,
-                        0,
-                        false,
-                        t,
-                        HID,
-                        SHI,
-                        1,
+                        LinearArgs {
+                            x: Operand::matrix(shact.ptr(), SHI),
+                            w: Operand::matrix(l.sh_down.ptr(), SHI),
+                            y: Operand::matrix(shout.ptr(), HID),
+                            y_f32: false,
+                            m: t,
+                            n: HID,
+                            k: SHI,
+                            batch: 1,
+                        },
                     )?;
                     ops::moe_experts(
                         dev,

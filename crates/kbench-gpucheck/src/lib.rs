@@ -11,13 +11,5 @@
 //!   (`benches/kernels.rs`, `kbench-gpu bench` / `stack`);
 //! - the `kbench-gpu` binary, the driver the script runs.
 
-// `x % n != 0` is kept: `is_multiple_of` needs Rust 1.87 (workspace MSRV is 1.85).
-#![allow(
-    clippy::manual_is_multiple_of,
-    clippy::too_many_arguments,
-    clippy::needless_range_loop,
-    clippy::type_complexity
-)]
-
 pub mod bench;
 pub mod selftest;

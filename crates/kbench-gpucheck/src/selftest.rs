@@ -7,6 +7,7 @@ use kbench_cuda::bf16;
 use kbench_cuda::device::CudaDevice;
 use kbench_cuda::ops::{self, MlaShape, MoeConfig, MoeScratch, MoeWeights};
 use kbench_cuda::reference as r;
+use kbench_cuda::{LinearArgs, Operand};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
@@ -210,20 +211,16 @@ fn t_bf16_matmul(dev: &CudaDevice, rng: &mut Rand) -> TResult {
             let dy = dev.alloc_poison::<f32>(m * batch * n).map_err(e)?;
             ops::bf16_matmul(
                 dev,
-                dx.ptr(),
-                batch * k,
-                k,
-                dw.ptr(),
-                k,
-                n * k,
-                dy.ptr(),
-                batch * n,
-                n,
-                true,
-                m,
-                n,
-                k,
-                batch,
+                LinearArgs {
+                    x: Operand::batched(dx.ptr(), batch * k, k),
+                    w: Operand::batched(dw.ptr(), k, n * k),
+                    y: Operand::batched(dy.ptr(), batch * n, n),
+                    y_f32: true,
+                    m,
+                    n,
+                    k,
+                    batch,
+                },
                 wsopt,
             )
             .map_err(e)?;
@@ -232,20 +229,16 @@ fn t_bf16_matmul(dev: &CudaDevice, rng: &mut Rand) -> TResult {
             let dy = dev.alloc_poison::<u16>(m * batch * n).map_err(e)?;
             ops::bf16_matmul(
                 dev,
-                dx.ptr(),
-                batch * k,
-                k,
-                dw.ptr(),
-                k,
-                n * k,
-                dy.ptr(),
-                batch * n,
-                n,
-                false,
-                m,
-                n,
-                k,
-                batch,
+                LinearArgs {
+                    x: Operand::batched(dx.ptr(), batch * k, k),
+                    w: Operand::batched(dw.ptr(), k, n * k),
+                    y: Operand::batched(dy.ptr(), batch * n, n),
+                    y_f32: false,
+                    m,
+                    n,
+                    k,
+                    batch,
+                },
                 wsopt,
             )
             .map_err(e)?;
@@ -311,22 +304,16 @@ impl LinCase {
     }
     /// Enqueue the linear on `blas` into `y`.
     fn run(&self, blas: &kbench_cuda::Blas, dx: u64, dw: u64, y: u64) -> kbench_cuda::Result<()> {
-        blas.bf16_linear(
-            dx,
-            self.ldx(),
-            self.k,
-            dw,
-            self.ldw(),
-            self.swz(),
-            y,
-            self.ldy(),
-            self.n,
-            self.f32o,
-            self.m,
-            self.n,
-            self.k,
-            self.batch,
-        )
+        blas.bf16_linear(LinearArgs {
+            x: Operand::batched(dx, self.ldx(), self.k),
+            w: Operand::batched(dw, self.ldw(), self.swz()),
+            y: Operand::batched(y, self.ldy(), self.n),
+            y_f32: self.f32o,
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            batch: self.batch,
+        })
     }
     /// Run into a poisoned output and check it against `yref`; the padding must stay poisoned.
     fn check(
@@ -603,18 +590,87 @@ fn t_moe(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     Ok(out.join("; "))
 }
 
+/// One case of [`t_mla`]: `batch` sequences of `q_len` new tokens each (tree-masked when
+/// `masked`), sequence i after `prefixes[i]` cached tokens in pages of `page_size`, the KV
+/// split `splits` ways.
+struct MlaCase {
+    batch: usize,
+    q_len: usize,
+    heads: usize,
+    page_size: usize,
+    prefixes: Vec<usize>,
+    masked: bool,
+    splits: usize,
+}
+
 fn t_mla(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let mut out = vec![];
-    // (batch, q_len, heads, page_size, prefixes, masked, splits)
-    let cases: Vec<(usize, usize, usize, usize, Vec<usize>, bool, usize)> = vec![
-        (3, 1, 16, 16, vec![0, 37, 300], false, 1),
-        (3, 1, 16, 16, vec![5, 37, 300], false, 3),
-        (2, 1, 64, 64, vec![1000, 129], false, 4),
-        (2, 4, 16, 16, vec![50, 200], true, 2),
-        (1, 2, 64, 32, vec![77], true, 1),
-        (2, 3, 8, 16, vec![20, 90], false, 2),
+    let cases = [
+        MlaCase {
+            batch: 3,
+            q_len: 1,
+            heads: 16,
+            page_size: 16,
+            prefixes: vec![0, 37, 300],
+            masked: false,
+            splits: 1,
+        },
+        MlaCase {
+            batch: 3,
+            q_len: 1,
+            heads: 16,
+            page_size: 16,
+            prefixes: vec![5, 37, 300],
+            masked: false,
+            splits: 3,
+        },
+        MlaCase {
+            batch: 2,
+            q_len: 1,
+            heads: 64,
+            page_size: 64,
+            prefixes: vec![1000, 129],
+            masked: false,
+            splits: 4,
+        },
+        MlaCase {
+            batch: 2,
+            q_len: 4,
+            heads: 16,
+            page_size: 16,
+            prefixes: vec![50, 200],
+            masked: true,
+            splits: 2,
+        },
+        MlaCase {
+            batch: 1,
+            q_len: 2,
+            heads: 64,
+            page_size: 32,
+            prefixes: vec![77],
+            masked: true,
+            splits: 1,
+        },
+        MlaCase {
+            batch: 2,
+            q_len: 3,
+            heads: 8,
+            page_size: 16,
+            prefixes: vec![20, 90],
+            masked: false,
+            splits: 2,
+        },
     ];
-    for (b, q_len, h, ps, prefixes, masked, splits) in cases {
+    for MlaCase {
+        batch: b,
+        q_len,
+        heads: h,
+        page_size: ps,
+        prefixes,
+        masked,
+        splits,
+    } in cases
+    {
         let s_r = q_len * h;
         let max_kv = prefixes.iter().max().unwrap() + q_len;
         let max_pages = max_kv.div_ceil(ps);
@@ -780,10 +836,10 @@ fn t_rope(dev: &CudaDevice, rng: &mut Rand) -> TResult {
             let x = rng.vec_bf(t * heads * hd, 1.0);
             let pos: Vec<i32> = (0..t).map(|_| rng.below(5000) as i32).collect();
             let mut xr = x.clone();
-            for ti in 0..t {
+            for (ti, &p) in pos.iter().enumerate() {
                 for hh in 0..heads {
                     let b = ti * heads * hd + hh * hd + off;
-                    r::rope(&mut xr[b..b + rot], pos[ti], &inv, ms, interleaved);
+                    r::rope(&mut xr[b..b + rot], p, &inv, ms, interleaved);
                 }
             }
             let dx = dev.upload(&bf16::vec_from(&x)).map_err(e)?;
@@ -835,7 +891,12 @@ fn t_swiglu_embedding(dev: &CudaDevice, rng: &mut Rand) -> TResult {
     let di = dev.upload(&ids).map_err(e)?;
     let dt = dev.upload(&table).map_err(e)?;
     let dout = dev.alloc_poison::<u16>(ids.len() * d).map_err(e)?;
-    ops::embedding(dev, di.ptr(), dt.ptr(), v, d, dout.ptr(), d, ids.len()).map_err(e)?;
+    let dtable = ops::EmbeddingTable {
+        ptr: dt.ptr(),
+        v,
+        d,
+    };
+    ops::embedding(dev, di.ptr(), dtable, dout.ptr(), d, ids.len()).map_err(e)?;
     let g = dev.download(&dout).map_err(e)?;
     for (ti, &id) in ids.iter().enumerate() {
         let want: Vec<u16> = if id >= 0 && (id as usize) < v {

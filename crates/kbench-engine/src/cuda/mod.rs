@@ -1,11 +1,3 @@
-#![allow(
-    clippy::manual_is_multiple_of,
-    clippy::too_many_arguments,
-    clippy::needless_range_loop,
-    clippy::type_complexity,
-    clippy::large_enum_variant
-)]
-// `x % n != 0` is kept: `is_multiple_of` needs Rust 1.87 (workspace MSRV is 1.85).
 //! The engine's CUDA path: the target (MLA + MoE, INT4 experts) and the EAGLE-3 draft on one
 //! or more GPUs, and the speculative loop over them.
 //!

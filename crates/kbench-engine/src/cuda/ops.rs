@@ -2,6 +2,9 @@
 //! device pointers (`DBuf::ptr_at`), sizes in elements; every wrapper checks what the kernel
 //! cannot (grid limits, empty work).
 
+// Each wrapper takes its kernel's parameters one for one.
+#![allow(clippy::too_many_arguments)]
+
 use kbench_cuda::device::Arg;
 use kbench_cuda::kernels::KernelFile;
 use kbench_cuda::{CudaDevice, CudaError};
@@ -51,7 +54,6 @@ fn i(x: usize) -> Arg {
 const MAX_ROWS: usize = 65535;
 
 /// y[m, n] (+)= sum_k x[m, k] W[n, k] over BF16 `w` [N, K].
-#[allow(clippy::too_many_arguments)]
 pub fn lin_bf16(
     dev: &CudaDevice,
     x: u64,
@@ -88,7 +90,6 @@ pub fn lin_bf16(
 }
 
 /// Routed-expert linear over (token, slot) pairs; see `moe_lin` in the kernel file.
-#[allow(clippy::too_many_arguments)]
 pub fn moe_lin(
     dev: &CudaDevice,
     x: u64,
@@ -160,7 +161,6 @@ pub fn silu_mul_bf16(dev: &CudaDevice, g: u64, u: u64, out: u64, n: usize) -> R 
 
 /// Global expert ids of `pairs` (token, slot) pairs -> this rank's local ids (or -1), with the
 /// weights and `h`-wide f32 down rows of other ranks' pairs zeroed; see `moe_local_ids`.
-#[allow(clippy::too_many_arguments)]
 pub fn moe_local_ids(
     dev: &CudaDevice,
     ids: u64,
@@ -210,7 +210,6 @@ pub fn add_bf16(dev: &CudaDevice, dst: u64, src: u64, n: usize) -> R {
     )
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn gather_rows(
     dev: &CudaDevice,
     src: u64,
@@ -230,7 +229,6 @@ pub fn gather_rows(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn embed(
     dev: &CudaDevice,
     ids: u64,
@@ -250,7 +248,6 @@ pub fn embed(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn rmsnorm(
     dev: &CudaDevice,
     x: u64,
@@ -271,7 +268,6 @@ pub fn rmsnorm(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn rope(
     dev: &CudaDevice,
     x: u64,
@@ -304,7 +300,6 @@ pub fn rope(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn mla_absorb_q(
     dev: &CudaDevice,
     q: u64,
@@ -335,7 +330,6 @@ pub fn mla_absorb_q(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn mla_absorb_v(
     dev: &CudaDevice,
     olat: u64,
@@ -383,7 +377,6 @@ pub struct AttnGeom {
     pub max_keys: usize,
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn attention(
     dev: &CudaDevice,
     g: &AttnGeom,
@@ -445,7 +438,6 @@ pub struct Route {
     pub scaling: f32,
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn moe_route(
     dev: &CudaDevice,
     r: &Route,

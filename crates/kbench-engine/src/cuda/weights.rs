@@ -7,7 +7,7 @@
 //! embedding and the latent KV cache are replicated. The EAGLE-3 draft lives on rank 0.
 
 use kbench_core::arch::{DraftArch, ModelArch};
-use kbench_cuda::{CudaDevice, DBuf};
+use kbench_cuda::{CudaDevice, DBuf, LinearArgs, Operand};
 
 use super::ops;
 use crate::error::{EngineError, Result};
@@ -70,20 +70,16 @@ impl DLin {
         kbench_cuda::Linear::pick(blas, ws)
             .run(
                 dev,
-                x,
-                ldx,
-                0,
-                self.w.ptr(),
-                self.inp,
-                0,
-                y,
-                ldy,
-                0,
-                y_f32,
-                m,
-                self.out,
-                self.inp,
-                1,
+                LinearArgs {
+                    x: Operand::matrix(x, ldx),
+                    w: Operand::matrix(self.w.ptr(), self.inp),
+                    y: Operand::matrix(y, ldy),
+                    y_f32,
+                    m,
+                    n: self.out,
+                    k: self.inp,
+                    batch: 1,
+                },
             )
             .map_err(EngineError::Cuda)
     }
@@ -127,14 +123,18 @@ pub(crate) enum ExpertW {
     },
 }
 
+/// Both payloads boxed: a MoE layer's handles are several times a dense MLP's, and each is
+/// reached once per layer per pass, so the indirection costs nothing.
 pub(crate) enum DMlp {
-    Dense(DFfn),
-    Moe {
-        router: DLin,
-        bias: Option<DBuf<f32>>,
-        experts: Experts,
-        shared: Option<DFfn>,
-    },
+    Dense(Box<DFfn>),
+    Moe(Box<DMoe>),
+}
+
+pub(crate) struct DMoe {
+    pub router: DLin,
+    pub bias: Option<DBuf<f32>>,
+    pub experts: Experts,
+    pub shared: Option<DFfn>,
 }
 
 pub(crate) enum DQ {
@@ -218,17 +218,15 @@ fn cols<T: Copy>(all: &[T], out: usize, inp: usize, c0: usize, n: usize) -> Vec<
     v
 }
 
-/// BF16 linear `name.weight` `[out, inp]`, rows `[r0, r0+nr)` and columns `[c0, c0+nc)`.
-#[allow(clippy::too_many_arguments)]
+/// BF16 linear `name.weight` `[out, inp]`, rows `[r0, r0+nr)` and columns `[c0, c0+nc)`
+/// (each range as (first, count), as [`split`] gives a rank's share).
 fn lin_slice(
     dev: &CudaDevice,
     ws: &WeightStore,
     name: &str,
     [out, inp]: Matrix,
-    r0: usize,
-    nr: usize,
-    c0: usize,
-    nc: usize,
+    (r0, nr): (usize, usize),
+    (c0, nc): (usize, usize),
 ) -> Result<DLin> {
     let w = ws.bf16s(&names::weight(name), &[out, inp])?;
     let all = w.as_slice();
@@ -246,7 +244,7 @@ fn lin_slice(
 
 fn lin_full(dev: &CudaDevice, ws: &WeightStore, name: &str, shape: Matrix) -> Result<DLin> {
     let [out, inp] = shape;
-    lin_slice(dev, ws, name, shape, 0, out, 0, inp)
+    lin_slice(dev, ws, name, shape, (0, out), (0, inp))
 }
 
 fn norm(dev: &CudaDevice, ws: &WeightStore, name: &str, n: usize) -> Result<DBuf<f32>> {
@@ -268,26 +266,25 @@ fn ffn(
         r,
         &format!("{} intermediate size", ffn.base()),
     )?;
+    // this rank's rows of gate / up and columns of down; all of the hidden side
+    let (part, whole) = ((i0, il), (0, h));
     Ok(DFfn {
-        gate: lin_slice(dev, ws, &ffn.gate(), shape.proj(Proj::Gate), i0, il, 0, h)?,
-        up: lin_slice(dev, ws, &ffn.up(), shape.proj(Proj::Up), i0, il, 0, h)?,
-        down: lin_slice(dev, ws, &ffn.down(), shape.proj(Proj::Down), 0, h, i0, il)?,
+        gate: lin_slice(dev, ws, &ffn.gate(), shape.proj(Proj::Gate), part, whole)?,
+        up: lin_slice(dev, ws, &ffn.up(), shape.proj(Proj::Up), part, whole)?,
+        down: lin_slice(dev, ws, &ffn.down(), shape.proj(Proj::Down), whole, part)?,
     })
 }
 
 /// Copies expert `e`'s packed words `[out, inp/8]` and scales `[out, inp/group]` of
-/// `proj` to element offsets `qoff` / `soff` of the stacks.
-#[allow(clippy::too_many_arguments)]
+/// `proj` to element offsets `qoff` / `soff` of the stacks `q` / `s`.
 fn put_int4(
     dev: &CudaDevice,
     ws: &WeightStore,
     name: &str,
     shape: Matrix,
     group: usize,
-    q: &DBuf<u32>,
-    qoff: usize,
-    s: &DBuf<u16>,
-    soff: usize,
+    (q, qoff): (&DBuf<u32>, usize),
+    (s, soff): (&DBuf<u16>, usize),
 ) -> Result<()> {
     let (packed, scales) = (
         shapes::int4_packed(shape),
@@ -305,14 +302,12 @@ fn put_int4(
 }
 
 /// Stacks one INT4 projection of the local experts: `[eloc, out, inp/8]` + scales.
-#[allow(clippy::too_many_arguments)]
 fn stack_int4(
     dev: &CudaDevice,
     ws: &WeightStore,
     layer: &LayerNames,
     proj: Proj,
-    e0: usize,
-    eloc: usize,
+    (e0, eloc): (usize, usize),
     expert: FfnShape,
     group: usize,
 ) -> Result<(DBuf<u32>, DBuf<u16>)> {
@@ -323,20 +318,18 @@ fn stack_int4(
     let s = dev.alloc::<u16>(eloc * ns).map_err(EngineError::Cuda)?;
     for j in 0..eloc {
         let name = layer.expert(e0 + j).proj(proj);
-        put_int4(dev, ws, &name, shape, group, &q, j * nq, &s, j * ns)?;
+        put_int4(dev, ws, &name, shape, group, (&q, j * nq), (&s, j * ns))?;
     }
     Ok((q, s))
 }
 
 /// Stacks one BF16 projection of the local experts: `[eloc, out, inp]`.
-#[allow(clippy::too_many_arguments)]
 fn stack_bf16(
     dev: &CudaDevice,
     ws: &WeightStore,
     layer: &LayerNames,
     proj: Proj,
-    e0: usize,
-    eloc: usize,
+    (e0, eloc): (usize, usize),
     expert: FfnShape,
 ) -> Result<DBuf<u16>> {
     let [out, inp] = expert.proj(proj);
@@ -355,13 +348,11 @@ fn stack_bf16(
 
 /// The local experts in kbench-cuda's fused-MoE layout: each expert's gate rows followed by
 /// its up rows (W13 / S13), and down (W2 / S2) as stacked by [`stack_int4`].
-#[allow(clippy::too_many_arguments)]
 fn stack_fused(
     dev: &CudaDevice,
     ws: &WeightStore,
     layer: &LayerNames,
-    e0: usize,
-    eloc: usize,
+    (e0, eloc): (usize, usize),
     expert: FfnShape,
     group: usize,
 ) -> Result<ExpertW> {
@@ -374,20 +365,18 @@ fn stack_fused(
     for j in 0..eloc {
         let ep = layer.expert(e0 + j);
         let (q0, s0) = (j * 2 * nq, j * 2 * ns);
-        put_int4(dev, ws, &ep.gate(), gate_up, group, &w13, q0, &s13, s0)?;
+        put_int4(dev, ws, &ep.gate(), gate_up, group, (&w13, q0), (&s13, s0))?;
         put_int4(
             dev,
             ws,
             &ep.up(),
             gate_up,
             group,
-            &w13,
-            q0 + nq,
-            &s13,
-            s0 + ns,
+            (&w13, q0 + nq),
+            (&s13, s0 + ns),
         )?;
     }
-    let (w2, s2) = stack_int4(dev, ws, layer, Proj::Down, e0, eloc, expert, group)?;
+    let (w2, s2) = stack_int4(dev, ws, layer, Proj::Down, (e0, eloc), expert, group)?;
     Ok(ExpertW::Fused { w13, s13, w2, s2 })
 }
 
@@ -417,7 +406,7 @@ pub(crate) fn load_rank(
                 DQ::LowRank {
                     a: lin_full(dev, ws, &ln.q_a(), a)?,
                     norm: norm(dev, ws, &ln.q_a_norm(), qr)?,
-                    b: lin_slice(dev, ws, &ln.q_b(), b, h0 * qd, hl * qd, 0, qr)?,
+                    b: lin_slice(dev, ws, &ln.q_b(), b, (h0 * qd, hl * qd), (0, qr))?,
                 }
             }
             None => DQ::Full(lin_slice(
@@ -425,10 +414,8 @@ pub(crate) fn load_rank(
                 ws,
                 &ln.q(),
                 s.q_full(),
-                h0 * qd,
-                hl * qd,
-                0,
-                h,
+                (h0 * qd, hl * qd),
+                (0, h),
             )?),
         };
         let kvb_all = ws.bf16s(&names::weight(&ln.kv_b()), &s.kv_b())?;
@@ -467,25 +454,25 @@ pub(crate) fn load_rank(
                         "the fused MoE takes INT4 group-32 experts (int4 {int4}, group {group})"
                     )));
                 }
-                stack_fused(dev, ws, &ln, e0, eloc, ms.expert, group)?
+                stack_fused(dev, ws, &ln, (e0, eloc), ms.expert, group)?
             } else if int4 {
                 ExpertW::Int4 {
-                    gate: stack_int4(dev, ws, &ln, Proj::Gate, e0, eloc, ms.expert, group)?,
-                    up: stack_int4(dev, ws, &ln, Proj::Up, e0, eloc, ms.expert, group)?,
-                    down: stack_int4(dev, ws, &ln, Proj::Down, e0, eloc, ms.expert, group)?,
+                    gate: stack_int4(dev, ws, &ln, Proj::Gate, (e0, eloc), ms.expert, group)?,
+                    up: stack_int4(dev, ws, &ln, Proj::Up, (e0, eloc), ms.expert, group)?,
+                    down: stack_int4(dev, ws, &ln, Proj::Down, (e0, eloc), ms.expert, group)?,
                 }
             } else {
                 ExpertW::Bf16 {
-                    gate: stack_bf16(dev, ws, &ln, Proj::Gate, e0, eloc, ms.expert)?,
-                    up: stack_bf16(dev, ws, &ln, Proj::Up, e0, eloc, ms.expert)?,
-                    down: stack_bf16(dev, ws, &ln, Proj::Down, e0, eloc, ms.expert)?,
+                    gate: stack_bf16(dev, ws, &ln, Proj::Gate, (e0, eloc), ms.expert)?,
+                    up: stack_bf16(dev, ws, &ln, Proj::Up, (e0, eloc), ms.expert)?,
+                    down: stack_bf16(dev, ws, &ln, Proj::Down, (e0, eloc), ms.expert)?,
                 }
             };
             let shared = match ms.shared {
                 Some(ss) => Some(ffn(dev, ws, &ln.shared_experts(), ss, w, r)?),
                 None => None,
             };
-            DMlp::Moe {
+            DMlp::Moe(Box::new(DMoe {
                 router: lin_full(dev, ws, &ln.router(), ms.router())?,
                 bias,
                 experts: Experts {
@@ -495,9 +482,9 @@ pub(crate) fn load_rank(
                     w: ew,
                 },
                 shared,
-            }
+            }))
         } else {
-            DMlp::Dense(ffn(dev, ws, &ln.dense_mlp(), s.dense, w, r)?)
+            DMlp::Dense(Box::new(ffn(dev, ws, &ln.dense_mlp(), s.dense, w, r)?))
         };
         layers.push(DLayer {
             in_norm: norm(dev, ws, &ln.input_norm(), h)?,
@@ -506,7 +493,7 @@ pub(crate) fn load_rank(
             kv_a: lin_full(dev, ws, &ln.kv_a(), s.kv_a())?,
             kv_a_norm: norm(dev, ws, &ln.kv_a_norm(), s.kv_lora_rank)?,
             kv_b,
-            o: lin_slice(dev, ws, &ln.o(), s.o(), 0, h, h0 * vd, hl * vd)?,
+            o: lin_slice(dev, ws, &ln.o(), s.o(), (0, h), (h0 * vd, hl * vd))?,
             mlp,
         });
     }
@@ -518,7 +505,7 @@ pub(crate) fn load_rank(
             w: up16(dev, &rows(embed_w.as_slice(), h, v0, vl))?,
         }
     } else {
-        lin_slice(dev, ws, &names.lm_head(), s.lm_head(), v0, vl, 0, h)?
+        lin_slice(dev, ws, &names.lm_head(), s.lm_head(), (v0, vl), (0, h))?
     };
     Ok(RankWeights {
         embed,

@@ -22,10 +22,11 @@ impl CudaModel {
         for l in &w.layers {
             match &l.mlp {
                 DMlp::Dense(ff) => inter = inter.max(ff.gate.out),
-                DMlp::Moe {
-                    shared: Some(ff), ..
-                } => inter = inter.max(ff.gate.out),
-                _ => {}
+                DMlp::Moe(m) => {
+                    if let Some(ff) = &m.shared {
+                        inter = inter.max(ff.gate.out);
+                    }
+                }
             }
         }
         let p = t * g.top_k.max(1);

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::cuda::ops::{self, AttnGeom, KvSrc};
-use crate::cuda::weights::{DMlp, DQ};
+use crate::cuda::weights::{DMlp, DMoe, DQ};
 use crate::error::{EngineError, Result};
 
 impl CudaModel {
@@ -434,7 +434,7 @@ pub(super) fn device_forward(
         }
         reduce_add(g, ranks, t)?;
         // every rank holds the same kind of layer
-        let moe_bf16 = g.tuned && matches!(ranks[0].w.layers[l].mlp, DMlp::Moe { .. });
+        let moe_bf16 = g.tuned && matches!(ranks[0].w.layers[l].mlp, DMlp::Moe(_));
         for r in ranks {
             let (d, b, ly) = (&r.dev, &r.b, &r.w.layers[l]);
             e(ops::rmsnorm(
@@ -451,12 +451,13 @@ pub(super) fn device_forward(
             hn_to_bf16(g, r, t)?;
             match &ly.mlp {
                 DMlp::Dense(f) => ffn_fwd(g, r, f, t, false, false)?,
-                DMlp::Moe {
-                    router,
-                    bias,
-                    experts: x,
-                    shared,
-                } => {
+                DMlp::Moe(m) => {
+                    let DMoe {
+                        router,
+                        bias,
+                        experts: x,
+                        shared,
+                    } = &**m;
                     let bias_p = bias.as_ref().map(|bb| bb.ptr()).unwrap_or(0);
                     if g.tuned {
                         moe_tuned(g, r, router, bias_p, x, shared.as_ref(), t)?;
