@@ -31,6 +31,8 @@ pub struct Pricer<'a> {
     /// Bf16 rows of the decode-attention tables one KV row is priced as (1, or 0.5 for an
     /// fp8 cache under `Fp8Kv::HalfRows`), never fewer than one in all.
     pub kv_rows_scale: f64,
+    /// The share of the routed experts a batch's tokens draw from (1: all, independently).
+    pub expert_spread: f64,
     /// (latency us, bus GB/s): price the all-reduce from these link terms, not the table.
     pub all_reduce_link: Option<(f64, f64)>,
 }
@@ -257,7 +259,7 @@ impl Pricer<'_> {
         } = shape;
         let (e, k, t) = (experts as f64, top_k as f64, tokens.max(1) as f64);
         // Distinct experts under random routing over the experts in play (skew: fewer).
-        let e_eff = (e * self.profile.efficiency.moe_expert_spread.value).max(k);
+        let e_eff = (e * self.expert_spread).max(k);
         let touched_random = e_eff * (1.0 - (1.0 - k / e_eff).powf(t));
         let touched_balanced = (t * k).min(e);
         let expert_bytes = 3.0 * hidden as f64 * inter as f64 * bytes_per_weight / self.tp as f64;

@@ -118,7 +118,8 @@ impl SimBackend {
             exp.cuda_graph_max_bs,
         )
         .map_err(in_file)?
-        .with_kv_cache_dtype(exp.kv.kv_cache_dtype);
+        .with_kv_cache_dtype(exp.kv.kv_cache_dtype)
+        .with_expert_spread(exp.expert_spread);
         let cost = match tables_home {
             Some(home) => cost.with_tables_measured_on(home),
             None => cost,

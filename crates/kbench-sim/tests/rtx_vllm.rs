@@ -1,6 +1,8 @@
 //! What the rtx6kpro decode corpus needed from the simulator: the MLA EAGLE-3 head priced as
 //! latent attention, an fp8 cache on TRITON_MLA priced as half as many rows, the all-reduce
-//! from the link terms measured on that box, and acceptance drawn to a cell's mean.
+//! from the link terms measured on that box, acceptance drawn to a cell's mean, and the
+//! cells' routing (every stream answering one prompt) as the share of experts a batch draws
+//! from.
 
 use std::path::Path;
 
@@ -161,5 +163,56 @@ fn an_accept_length_is_refused_where_it_cannot_hold() {
     ] {
         let e = decode_error(&sets);
         assert!(e.contains(want), "{want}: {e}");
+    }
+}
+
+/// Routed-expert time of one pass of a round at batch `bs` and context 1000.
+fn routed_experts(e: &Experiment, bs: u32, kind: kbench_sim::PassKind) -> f64 {
+    backend(e)
+        .explain_round(bs, 1000.0)
+        .unwrap()
+        .passes
+        .into_iter()
+        .find(|p| p.kind == kind)
+        .unwrap()
+        .gpu_us["moe.routed_experts"]
+}
+
+#[test]
+fn a_batch_that_routes_alike_reads_fewer_experts_and_verify_gains_most() {
+    use kbench_sim::PassKind::{TargetDecode, TargetVerify};
+    let uniform = |sets: &[&str]| {
+        let mut s = sets.to_vec();
+        s.push("workload.expert_spread=1.0");
+        decode(&s)
+    };
+    let (plain, plain_uniform) = (decode(&[]), uniform(&[]));
+    let (spec, spec_uniform) = (decode(&EAGLE3), uniform(&EAGLE3));
+    // one token reads its own 8 experts whatever the others do
+    let one =
+        routed_experts(&plain, 1, TargetDecode) / routed_experts(&plain_uniform, 1, TargetDecode);
+    assert!((one - 1.0).abs() < 1e-9, "batch 1: {one}");
+    // 32 tokens drawing from half the experts touch fewer of them (~143 of 384 against ~188)
+    let decode32 =
+        routed_experts(&plain, 32, TargetDecode) / routed_experts(&plain_uniform, 32, TargetDecode);
+    assert!(
+        (0.6..0.9).contains(&decode32),
+        "batch 32 decode: {decode32}"
+    );
+    // and verify's 128 tokens, which under uniform routing read nearly every expert, gain more
+    let verify32 =
+        routed_experts(&spec, 32, TargetVerify) / routed_experts(&spec_uniform, 32, TargetVerify);
+    assert!(
+        verify32 < decode32 - 0.1,
+        "verify {verify32} against decode {decode32}"
+    );
+}
+
+#[test]
+fn an_expert_spread_outside_its_range_is_refused_by_name() {
+    for bad in ["0", "1.5", "-0.2"] {
+        let e = decode_error(&[&format!("workload.expert_spread={bad}")]);
+        assert!(e.contains("workload.expert_spread"), "{bad}: {e}");
+        assert!(e.contains("outside (0, 1]"), "{bad}: {e}");
     }
 }

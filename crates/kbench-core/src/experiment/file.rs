@@ -260,6 +260,12 @@ pub struct WorkloadSection {
     /// a source that reports only its mean acceptance.
     #[serde(default)]
     pub accept_length: Option<f64>,
+    /// The share of a layer's routed experts the concurrent requests' tokens draw from, in
+    /// (0, 1]. 1 (the default: the hardware profile's `efficiency.moe_expert_spread`) is
+    /// every token's experts drawn independently from all of them; less where the requests
+    /// route alike, as when every stream answers the same prompt.
+    #[serde(default)]
+    pub expert_spread: Option<f64>,
     pub max_tokens: u32,
     /// Prompt length in tokens; a fixed value...
     #[serde(default)]

@@ -58,6 +58,9 @@ pub struct Experiment {
     pub trace: Option<PathBuf>,
     /// `[workload] accept_length`: every round drawn to this mean, where no trace is given.
     pub accept_length: Option<f64>,
+    /// `[workload] expert_spread`: the share of the routed experts a batch draws from, where
+    /// the file says (else the hardware profile's).
+    pub expert_spread: Option<f64>,
     /// Warnings SGLang would log (e.g. max_running_requests forced to 48).
     pub notes: Vec<String>,
     /// What makes a level mean less than it says (more clients than requests), shown with
@@ -462,6 +465,15 @@ pub(crate) fn resolve(
             Some(a)
         }
     };
+    if let Some(s) = w.expert_spread {
+        if !(s.is_finite() && s > 0.0 && s <= 1.0) {
+            return Err(invalid(
+                "workload.expert_spread",
+                format!("expert_spread {s} is outside (0, 1]"),
+                "give the share of the routed experts the batch's tokens draw from (1: all of them, independently)",
+            ));
+        }
+    }
     if let Some(reference) = &file.reference {
         for p in &reference.points {
             if !crate::report::REFERENCE_METRICS.contains(&p.metric.as_str()) {
@@ -507,6 +519,7 @@ pub(crate) fn resolve(
         engine,
         trace,
         accept_length,
+        expert_spread: w.expert_spread,
         concurrency,
         request_rates: b.request_rate.clone(),
         burstiness,

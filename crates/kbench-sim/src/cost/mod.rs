@@ -187,6 +187,9 @@ pub struct CostModel {
     kv_read_scale: f64,
     /// Bf16 rows one KV row of the cache's dtype is priced as (`Fp8Kv::HalfRows`).
     kv_rows_scale: f64,
+    /// The share of the routed experts a batch draws from (the workload's, else the
+    /// hardware profile's `efficiency.moe_expert_spread`).
+    expert_spread: f64,
     cache: RefCell<BTreeMap<(PassKind, u32, u32), Rc<PassPrice>>>,
 }
 
@@ -254,6 +257,7 @@ impl CostModel {
                 model.num_heads
             )));
         }
+        let expert_spread = profile.efficiency.moe_expert_spread.value;
         Ok(CostModel {
             profile,
             engine,
@@ -265,6 +269,7 @@ impl CostModel {
             cuda_graph_max_bs,
             kv_read_scale: 1.0,
             kv_rows_scale: 1.0,
+            expert_spread,
             cache: RefCell::new(BTreeMap::new()),
         })
     }
@@ -293,6 +298,15 @@ impl CostModel {
             crate::engine_profile::Fp8Kv::HalfRows => self.kv_rows_scale = scale,
         }
         self.cache.borrow_mut().clear();
+        self
+    }
+
+    /// The workload's expert spread (`[workload] expert_spread`), where it gives one.
+    pub fn with_expert_spread(mut self, spread: Option<f64>) -> CostModel {
+        if let Some(s) = spread {
+            self.expert_spread = s;
+            self.cache.borrow_mut().clear();
+        }
         self
     }
 
@@ -327,6 +341,7 @@ impl CostModel {
             tables_gpu: self.tables_gpu.as_ref(),
             tp: self.tp,
             kv_rows_scale: self.kv_rows_scale,
+            expert_spread: self.expert_spread,
             all_reduce_link: self.engine.collectives.all_reduce_link(&self.profile),
         }
     }
