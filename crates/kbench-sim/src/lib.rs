@@ -22,6 +22,7 @@ pub mod error;
 pub mod fidelity;
 mod fit;
 pub mod kv;
+mod memo;
 pub mod memory;
 mod open;
 pub mod optable;

@@ -11,6 +11,7 @@
 //! measured point; above: log-log extrapolation from the last two points, slope clamped to
 //! [0, 1]) and recorded in [`OpTables::flagged`] so a report can show it.
 
+use crate::memo::Memo;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -67,21 +68,10 @@ impl OpTables {
     /// The tables compiled into the binary; parsed once per process and shared (the fast
     /// path: building a backend then costs no parsing).
     pub fn embedded(system: &str) -> Result<OpTables, SimError> {
-        use std::sync::{Mutex, OnceLock};
-        static PARSED: OnceLock<Mutex<BTreeMap<String, OpTables>>> = OnceLock::new();
-        let cache = PARSED.get_or_init(|| Mutex::new(BTreeMap::new()));
-        if let Some(t) = cache
-            .lock()
-            .ok()
-            .and_then(|c| c.get(system).map(OpTables::fresh))
-        {
-            return Ok(t);
-        }
-        let t = Self::parse_embedded(system)?;
-        if let Ok(mut c) = cache.lock() {
-            c.insert(system.to_string(), t.fresh());
-        }
-        Ok(t)
+        static PARSED: Memo<OpTables> = Memo::new();
+        PARSED
+            .get_or_try(system, || Self::parse_embedded(system))
+            .map(|t| t.fresh())
     }
 
     fn parse_embedded(system: &str) -> Result<OpTables, SimError> {
@@ -104,7 +94,16 @@ impl OpTables {
     }
 
     /// Reads every `*.csv` in a directory (sorted by name, so the result is deterministic).
+    /// The tables of every `.csv` in `dir` (read once per process).
     pub fn from_dir(dir: &Path) -> Result<OpTables, SimError> {
+        static PARSED: Memo<OpTables> = Memo::new();
+        let key = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        PARSED
+            .get_or_try(&key.display().to_string(), || Self::read_dir(dir))
+            .map(|t| t.fresh())
+    }
+
+    fn read_dir(dir: &Path) -> Result<OpTables, SimError> {
         let read_dir = std::fs::read_dir(dir).map_err(|source| SimError::Read {
             what: "op-table directory",
             path: dir.into(),

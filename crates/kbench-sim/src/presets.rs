@@ -2,6 +2,7 @@
 //! directory), and resolution of an experiment's [`HardwareRef`] to a profile plus its op
 //! tables, and of its `[engine]` to an engine profile.
 
+use crate::memo::Memo;
 use kbench_core::experiment::{EngineProfileRef, Experiment, HardwareRef};
 
 use crate::engine_profile::EngineProfile;
@@ -84,7 +85,10 @@ pub fn engine_preset(name: &str) -> Result<EngineProfile, SimError> {
             at: None,
         }
     })?;
-    EngineProfile::from_toml_str(text, &format!("engine preset `{name}` ({file}, embedded)"))
+    static PARSED: Memo<EngineProfile> = Memo::new();
+    PARSED.get_or_try(name, || {
+        EngineProfile::from_toml_str(text, &format!("engine preset `{name}` ({file}, embedded)"))
+    })
 }
 
 /// The experiment's engine profile: the one it names, else the engine's profile for its
@@ -133,7 +137,10 @@ pub fn preset(name: &str) -> Result<HardwareProfile, SimError> {
                 known: preset_names().join(", "),
                 at: None,
             })?;
-    HardwareProfile::from_toml_str(text, &format!("preset `{name}` ({file}, embedded)"))
+    static PARSED: Memo<HardwareProfile> = Memo::new();
+    PARSED.get_or_try(name, || {
+        HardwareProfile::from_toml_str(text, &format!("preset `{name}` ({file}, embedded)"))
+    })
 }
 
 pub fn resolve_profile(hw: &HardwareRef) -> Result<HardwareProfile, SimError> {
