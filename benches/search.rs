@@ -67,8 +67,9 @@ fn process(c: &mut Criterion) {
     // A fresh replay each time, as the process has: a warm one would skip the replays the
     // process does and count them as its overhead.
     let sweep_with = |plan: &LoadPlan| {
-        let acceptance: Arc<dyn AcceptanceModel> =
-            Arc::new(TraceAcceptance::for_spec(Arc::clone(&t), exp.file.seed, &exp.spec).unwrap());
+        let acceptance: Arc<dyn AcceptanceModel> = Arc::new(
+            TraceAcceptance::for_spec(Arc::clone(&t), exp.file.seed, &exp.speculative).unwrap(),
+        );
         let mut backend = SimBackend::new(&exp, Some(acceptance)).unwrap();
         run_levels(&mut backend, plan, &mut NoProgress).unwrap()
     };

@@ -21,7 +21,7 @@ fn sweep(c: &mut Criterion) {
         .experiment;
     let t = trace::read(exp.trace.as_ref().expect("the file names a trace")).expect("trace reads");
     let acceptance: Arc<dyn AcceptanceModel> =
-        Arc::new(TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.spec).unwrap());
+        Arc::new(TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.speculative).unwrap());
     let plan = LoadPlan::from_experiment(&exp);
     let run_with = |plan: &LoadPlan| {
         let mut backend = SimBackend::new(&exp, Some(acceptance.clone())).unwrap();

@@ -28,7 +28,7 @@ fn offline_chunks(input_len: u32, max_tokens: u32) -> Vec<(u64, u32)> {
         .remove(0)
         .experiment;
     let t = trace::read(exp.trace.as_ref().unwrap()).unwrap();
-    let acc = TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.spec).unwrap();
+    let acc = TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.speculative).unwrap();
     let mut backend = kbench_sim::SimBackend::new(&exp, Some(Arc::new(acc))).unwrap();
     let mut session = backend.start_level(1).unwrap();
     session

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use kbench_core::experiment::{variant_files, VerifyMethod};
 use kbench_core::trace::{self as ktrace, ProbEncoding, TraceForm};
-use kbench_engine::{Device, GenerateOptions, Model, Preset, SpecSettings, TraceOptions};
+use kbench_engine::{Device, GenerateOptions, Model, Preset, SpeculativeSettings, TraceOptions};
 
 use super::args::{GenerateArgs, KernelsCommand, ModelCommand, ModelInitArgs, TraceRecordArgs};
 use super::error::{spec_error, CliError, CliResult};
@@ -109,7 +109,7 @@ pub(super) fn spec_settings(
     topk: Option<u32>,
     draft_tokens: Option<u32>,
     verify: VerifyMethod,
-) -> CliResult<SpecSettings> {
+) -> CliResult<SpeculativeSettings> {
     let section = kbench_core::experiment::SpeculativeSection {
         algorithm: kbench_core::experiment::Algorithm::Eagle3,
         num_steps: steps,
@@ -123,7 +123,7 @@ pub(super) fn spec_settings(
             format!("{}: {}\n  fix: {}", v.rule, v.message, v.fix),
         )
     })?;
-    Ok(SpecSettings {
+    Ok(SpeculativeSettings {
         shape: s.shape,
         verify,
     })

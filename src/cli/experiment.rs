@@ -385,7 +385,7 @@ pub fn validate(args: ValidateArgs) -> CliResult<()> {
             Some(n) => format!("{} [{n}]", e.file.name),
             None => e.file.name.clone(),
         };
-        let s = &e.spec;
+        let s = &e.speculative;
         let spec = if s.is_speculative() {
             format!(
                 "EAGLE3 steps={} topk={} draft_tokens={} {}",

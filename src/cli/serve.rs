@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kbench_core::backend::Backend;
 use kbench_core::experiment::load_experiment;
-use kbench_engine::{Device, SpecSettings};
+use kbench_engine::{Device, SpeculativeSettings};
 use kbench_serve::engine::EngineLoad;
 use kbench_serve::sim::SimWorker;
 use kbench_serve::{Faults, Limits, ModelInfo, ServeConfig, Source, TextCodec};
@@ -123,7 +123,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
             || a.speculative_eagle_topk.is_some()
             || a.speculative_num_draft_tokens.is_some(),
     );
-    let spec: Option<SpecSettings> = if wants_spec {
+    let spec: Option<SpeculativeSettings> = if wants_spec {
         Some(spec_settings(
             a.speculative_num_steps,
             a.speculative_eagle_topk,
@@ -342,7 +342,7 @@ fn sim_config(
             kbench_core::duration::show(speed)
         )));
     }
-    let spec_on = exp.spec.is_speculative();
+    let spec_on = exp.speculative.is_speculative();
     let max_running = exp.max_running_requests;
     let mut limits = limits;
     limits.max_in_flight = max_running as usize + a.max_queued_requests as usize;
@@ -366,10 +366,10 @@ fn sim_config(
         "cuda_graph_max_bs": exp.cuda_graph_max_bs,
         "random_seed": exp.file.seed,
         "speculative_algorithm": spec_on.then_some("EAGLE3"),
-        "speculative_num_steps": spec_on.then_some(exp.spec.shape.num_steps),
-        "speculative_eagle_topk": spec_on.then_some(exp.spec.shape.topk),
-        "speculative_num_draft_tokens": spec_on.then_some(exp.spec.shape.num_draft_tokens),
-        "enable_spec_v2": exp.spec.spec_v2,
+        "speculative_num_steps": spec_on.then_some(exp.speculative.shape.num_steps),
+        "speculative_eagle_topk": spec_on.then_some(exp.speculative.shape.topk),
+        "speculative_num_draft_tokens": spec_on.then_some(exp.speculative.shape.num_draft_tokens),
+        "enable_spec_v2": exp.speculative.spec_v2,
         "stream_interval": 1,
         "enable_metrics": true,
         "log_requests": a.log_requests,
@@ -392,7 +392,7 @@ fn sim_config(
         speed,
         vocab: exp.model.vocab_size,
         seed: exp.file.seed,
-        proposed: spec_on.then(|| exp.spec.shape.num_draft_tokens.saturating_sub(1)),
+        proposed: spec_on.then(|| exp.speculative.shape.num_draft_tokens.saturating_sub(1)),
         max_running,
     };
     Ok(ServeConfig {
@@ -408,7 +408,7 @@ fn sim_config(
             vocab: exp.model.vocab_size as usize,
             eos_token_id: None,
             draft_positions: if spec_on {
-                exp.spec.shape.num_draft_tokens as usize - 1
+                exp.speculative.shape.num_draft_tokens as usize - 1
             } else {
                 0
             },
@@ -446,11 +446,13 @@ fn answering(a: &ServeArgs, seed: u64) -> kbench_serve::Answering {
     }
 }
 
-fn per_request_spec_metrics(a: &ServeArgs) -> Option<kbench_serve::state::PerRequestSpecMetrics> {
-    use kbench_serve::state::PerRequestSpecMetrics;
+fn per_request_spec_metrics(
+    a: &ServeArgs,
+) -> Option<kbench_serve::state::PerRequestSpeculativeMetrics> {
+    use kbench_serve::state::PerRequestSpeculativeMetrics;
     match a.per_request_spec_decode_metrics.as_deref() {
-        Some("detailed") => Some(PerRequestSpecMetrics::Detailed),
-        Some(_) => Some(PerRequestSpecMetrics::Summary),
+        Some("detailed") => Some(PerRequestSpeculativeMetrics::Detailed),
+        Some(_) => Some(PerRequestSpeculativeMetrics::Summary),
         None => None,
     }
 }

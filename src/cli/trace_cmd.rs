@@ -218,7 +218,7 @@ fn record_live(a: super::args::TraceRecordArgs) -> CliResult<()> {
         ));
     };
     let exp = &variant.experiment;
-    let s = &exp.spec;
+    let s = &exp.speculative;
     if !s.is_speculative() {
         return Err(CliError::new(
             exit::INVALID_INPUT,

@@ -148,7 +148,7 @@ impl BackendError {
 /// change over a level's measured requests: warm-up left out, but anything else the server
 /// served meanwhile counted in.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct ServerSpecCounters {
+pub struct ServerSpeculativeCounters {
     /// Where they were read (e.g. `vllm:spec_decode_* deltas from /metrics`).
     pub source: String,
     pub num_drafts: u64,
@@ -205,7 +205,7 @@ pub trait Session {
     fn measured_started(&mut self) {}
     /// The server's own speculative counters over the measured requests, where it keeps
     /// them; asked once, after the last measured request finished.
-    fn server_counters(&mut self) -> Option<ServerSpecCounters> {
+    fn server_counters(&mut self) -> Option<ServerSpeculativeCounters> {
         None
     }
     /// How full the server's KV cache got over the level, where the backend knows it.

@@ -103,7 +103,7 @@ pub struct LevelMetrics {
     /// What the server counted itself over the level (vLLM's `/metrics`), beside what the
     /// requests reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_spec: Option<crate::backend::ServerSpecCounters>,
+    pub server_spec: Option<crate::backend::ServerSpeculativeCounters>,
 }
 
 const MS: f64 = 1e6;

@@ -177,7 +177,7 @@ fn rounded(m: &LevelMetrics) -> LevelMetrics {
 }
 
 pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> ExperimentSummary {
-    let s = &exp.spec;
+    let s = &exp.speculative;
     ExperimentSummary {
         name: exp.file.name.clone(),
         variant: variant.map(str::to_string),
@@ -291,7 +291,7 @@ pub fn build_report(
     let mut warnings = warnings;
     warnings.extend(exp.warnings.iter().cloned());
     warnings.extend(
-        exp.spec
+        exp.speculative
             .unsupported
             .iter()
             .map(|u| format!("unsupported by SGLang: {u}")),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::random_trace;
 use kbench_core::acceptance::AcceptanceModel;
-use kbench_core::experiment::SpecConfig;
+use kbench_core::experiment::SpeculativeConfig;
 use kbench_core::trace::{
     replay_commit, replay_commit_reference, OffPath, ProbEncoding, TraceAcceptance, TraceError,
 };
@@ -71,7 +71,7 @@ fn acceptance_model_maps_requests_deterministically() {
     let a = TraceAcceptance::new(t.clone(), 42).unwrap();
     let b = TraceAcceptance::new(t.clone(), 42).unwrap();
     let c = TraceAcceptance::new(t.clone(), 43).unwrap();
-    let spec = SpecConfig::eagle(3, 1, 4);
+    let spec = SpeculativeConfig::eagle(3, 1, 4);
     let seqs_a: Vec<usize> = (0..64).map(|id| a.sequence_for(id)).collect();
     let seqs_c: Vec<usize> = (0..64).map(|id| c.sequence_for(id)).collect();
     assert_eq!(
@@ -101,7 +101,7 @@ fn acceptance_model_maps_requests_deterministically() {
             assert_eq!(got, a.round_commit(id, pos + 700, &spec));
         }
     }
-    assert_eq!(a.round_commit(1, 0, &SpecConfig::none()), 1);
+    assert_eq!(a.round_commit(1, 0, &SpeculativeConfig::none()), 1);
     assert!(
         a.describe().contains("engine-recorded trace `test`"),
         "{}",
@@ -113,16 +113,17 @@ fn acceptance_model_maps_requests_deterministically() {
 fn config_beyond_the_recording_is_an_error() {
     let t = Arc::new(random_trace(9, 4, 2, 1, 3, ProbEncoding::Log8, 0.7));
     let a = TraceAcceptance::new(t.clone(), 1).unwrap();
-    assert!(a.check(&SpecConfig::eagle(4, 2, 6)).is_ok());
+    assert!(a.check(&SpeculativeConfig::eagle(4, 2, 6)).is_ok());
     let deep = a
-        .check(&SpecConfig::eagle(5, 1, 6))
+        .check(&SpeculativeConfig::eagle(5, 1, 6))
         .unwrap_err()
         .to_string();
     assert!(
         deep.contains("num_steps = 5 but the trace recorded depth 4"),
         "{deep}"
     );
-    let wide = TraceAcceptance::for_spec(t.clone(), 1, &SpecConfig::eagle(3, 4, 8)).unwrap_err();
+    let wide =
+        TraceAcceptance::for_spec(t.clone(), 1, &SpeculativeConfig::eagle(3, 4, 8)).unwrap_err();
     assert!(matches!(wide, TraceError::Config { .. }));
     assert!(
         wide.to_string()
@@ -130,7 +131,7 @@ fn config_beyond_the_recording_is_an_error() {
         "{wide}"
     );
     // Clamped rather than panicking if a caller skipped the check.
-    let c = a.round_commit(0, 0, &SpecConfig::eagle(9, 9, 20));
+    let c = a.round_commit(0, 0, &SpeculativeConfig::eagle(9, 9, 20));
     assert!((1..=5).contains(&c));
 }
 
@@ -184,10 +185,10 @@ fn shapes_beyond_the_recording_are_clamped_not_panicking() {
 #[test]
 fn remembered_commits_are_replayed_commits() {
     let t = Arc::new(random_trace(11, 4, 4, 3, 9, ProbEncoding::Log8, 0.6));
-    let spec = SpecConfig::eagle(3, 4, 8);
-    let other = SpecConfig::eagle(2, 2, 4);
+    let spec = SpeculativeConfig::eagle(3, 4, 8);
+    let other = SpeculativeConfig::eagle(2, 2, 4);
     // the same tree cut at fewer draft tokens: answered from the same remembered ranks
-    let fewer = SpecConfig::eagle(3, 4, 5);
+    let fewer = SpeculativeConfig::eagle(3, 4, 5);
     for off_path in [OffPath::Proxy, OffPath::Pessimistic, OffPath::Optimistic] {
         let a = TraceAcceptance::for_spec(t.clone(), 5, &spec)
             .unwrap()

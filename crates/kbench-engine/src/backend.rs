@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::model::Model;
 use crate::session::{EngineSession, Serving, NAME};
 use crate::settings::EngineSettings;
-use crate::speculative::SpecSettings;
+use crate::speculative::SpeculativeSettings;
 
 pub struct EngineBackend {
     model: Model,
@@ -30,7 +30,7 @@ impl EngineBackend {
     /// For callers that already hold a model (tests, benches).
     pub fn from_model(
         model: Model,
-        spec: Option<SpecSettings>,
+        spec: Option<SpeculativeSettings>,
         spec_v2: bool,
         max_running: usize,
         temperature: f32,

@@ -1,4 +1,4 @@
-//! Continuous batching, one forward at a time, on any [`SpecModel`]: the scheduler under the
+//! Continuous batching, one forward at a time, on any [`SpeculativeModel`]: the scheduler under the
 //! `engine` backend's sessions and under `kbench serve`.
 //!
 //! Each [`Batcher::step`] runs one forward, as SGLang's scheduler does: while a slot is free
@@ -16,9 +16,10 @@ use std::collections::VecDeque;
 use kbench_core::verify::SamplingParams;
 
 use crate::error::{EngineError, Result};
-use crate::passes::SpecModel;
+use crate::passes::SpeculativeModel;
 use crate::speculative::{
-    decode_step, prefill, prefill_step, seq_rng, spec_round, PrefillProgress, Seq, SpecSettings,
+    decode_step, prefill, prefill_step, seq_rng, spec_round, PrefillProgress, Seq,
+    SpeculativeSettings,
 };
 
 /// How one request is decoded.
@@ -83,9 +84,9 @@ struct Prefilling<C> {
     progress: PrefillProgress,
 }
 
-pub struct Batcher<M: SpecModel> {
+pub struct Batcher<M: SpeculativeModel> {
     model: M,
-    spec: Option<SpecSettings>,
+    spec: Option<SpeculativeSettings>,
     max_running: usize,
     waiting: VecDeque<Waiting>,
     running: Vec<Running<M::Caches>>,
@@ -98,8 +99,8 @@ pub struct Batcher<M: SpecModel> {
     chunk_ran: bool,
 }
 
-impl<M: SpecModel> Batcher<M> {
-    pub fn new(model: M, spec: Option<SpecSettings>, max_running: usize) -> Batcher<M> {
+impl<M: SpeculativeModel> Batcher<M> {
+    pub fn new(model: M, spec: Option<SpeculativeSettings>, max_running: usize) -> Batcher<M> {
         let free_slots = model.kv_slots().map(|n| (0..n).rev().collect());
         Batcher {
             model,

@@ -1,4 +1,4 @@
-//! The CPU reference's [`SpecModel`]: every sequence owns its caches, passes read them by
+//! The CPU reference's [`SpeculativeModel`]: every sequence owns its caches, passes read them by
 //! reference and hand back the new entries, and nothing bounds a pass.
 
 use kbench_core::tree::TreeShape;
@@ -6,7 +6,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::draft::{Draft, DraftCache, DraftKv, DraftSegment};
 use crate::error::{EngineError, Result};
-use crate::passes::{DraftOut, DraftSeg, SpecModel, TargetOut, TargetSeg};
+use crate::passes::{DraftOut, DraftSeg, SpeculativeModel, TargetOut, TargetSeg};
 use crate::speculative::Seq;
 use crate::target::{Attend, KvCache, Segment, Target};
 
@@ -62,7 +62,7 @@ impl<'a> Models<'a> {
     }
 }
 
-impl SpecModel for Models<'_> {
+impl SpeculativeModel for Models<'_> {
     type Caches = CpuCaches;
     /// Per layer `[n, kv_width]`.
     type TargetKv = Vec<Vec<f32>>;

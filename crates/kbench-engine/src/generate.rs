@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::device::Device;
 use crate::error::{EngineError, Result};
 use crate::model::Model;
-use crate::speculative::{self, Sequence, SpecSettings};
+use crate::speculative::{self, Sequence, SpeculativeSettings};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct GenerateOptions {
@@ -18,7 +18,7 @@ pub struct GenerateOptions {
     pub temperature: f32,
     pub seed: u64,
     /// Speculative settings (needs a draft); None = plain decoding.
-    pub spec: Option<SpecSettings>,
+    pub spec: Option<SpeculativeSettings>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -108,7 +108,7 @@ pub fn run_batch(
     max_new: usize,
     temperature: f32,
     seed: u64,
-    spec: Option<&SpecSettings>,
+    spec: Option<&SpeculativeSettings>,
 ) -> Result<Vec<Sequence>> {
     speculative::run_batch(
         &mut model.models(),

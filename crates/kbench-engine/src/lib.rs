@@ -41,5 +41,5 @@ pub use init::{
 pub use model::Model;
 pub use open::open;
 pub use settings::EngineSettings;
-pub use speculative::SpecSettings;
+pub use speculative::SpeculativeSettings;
 pub use trace::{random_prompts, record_trace, TraceOptions};

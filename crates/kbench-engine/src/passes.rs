@@ -1,5 +1,5 @@
 //! The device passes the speculative loop (`crate::speculative`) and the backend scheduler
-//! (`crate::session`) run on: [`SpecModel`], implemented by the CPU reference
+//! (`crate::session`) run on: [`SpeculativeModel`], implemented by the CPU reference
 //! ([`crate::cpu`]) and by the CUDA path (`crate::cuda::passes`).
 //!
 //! The loop is written once over this trait so that the CPU and the GPU take the same
@@ -40,7 +40,7 @@ pub struct TargetOut<K> {
 /// entries of this round's draft path in `extra`, then causally to each other.
 #[derive(Debug, Clone)]
 pub struct DraftSeg {
-    /// Candidates of this round whose entries were stored with [`SpecModel::store_path`].
+    /// Candidates of this round whose entries were stored with [`SpeculativeModel::store_path`].
     pub extra: Vec<usize>,
     pub tokens: Vec<u32>,
     /// `[n, capture_width]` captured target states (extend) or `[n, h]` draft hidden
@@ -61,7 +61,7 @@ pub struct DraftOut<K> {
 }
 
 /// A target (and optional EAGLE-3 draft) that runs batched passes over sequences.
-pub trait SpecModel {
+pub trait SpeculativeModel {
     /// A sequence's target and draft caches (or where on the device they are).
     type Caches;
     /// Where a target pass leaves a segment's new KV entries until they are committed.
@@ -122,7 +122,7 @@ pub trait SpecModel {
 }
 
 /// A session holds its device by mutable borrow (the GPU model belongs to its backend).
-impl<M: SpecModel + ?Sized> SpecModel for &mut M {
+impl<M: SpeculativeModel + ?Sized> SpeculativeModel for &mut M {
     type Caches = M::Caches;
     type TargetKv = M::TargetKv;
     type DraftKv = M::DraftKv;

@@ -1,4 +1,4 @@
-//! The `engine` backend's session, on any [`SpecModel`]: the [`Batcher`]'s continuous
+//! The `engine` backend's session, on any [`SpeculativeModel`]: the [`Batcher`]'s continuous
 //! batching (a prefill batch while slots are free, else one decode / speculative round over
 //! the running batch) with wall-clock token times. On devices with KV slots a request holds
 //! one from admission to completion.
@@ -13,15 +13,15 @@ use kbench_core::verify::SamplingParams;
 use crate::backend::request_prompt;
 use crate::batcher::{Batcher, Commit, SeqParams};
 use crate::error::EngineError;
-use crate::passes::SpecModel;
-use crate::speculative::SpecSettings;
+use crate::passes::SpeculativeModel;
+use crate::speculative::SpeculativeSettings;
 
 pub(crate) const NAME: &str = "engine";
 
 /// How an `engine` backend serves, whatever its device.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Serving {
-    pub spec: Option<SpecSettings>,
+    pub spec: Option<SpeculativeSettings>,
     pub spec_v2: bool,
     pub max_running: usize,
     pub temperature: f32,
@@ -32,13 +32,16 @@ impl Serving {
     pub fn from_experiment(exp: &Experiment) -> Serving {
         // a resolved experiment's speculative settings passed SGLang's rules, which are
         // stricter than what a tree needs
-        let spec = exp.spec.is_speculative().then_some(SpecSettings {
-            shape: exp.spec.shape,
-            verify: exp.spec.verify,
-        });
+        let spec = exp
+            .speculative
+            .is_speculative()
+            .then_some(SpeculativeSettings {
+                shape: exp.speculative.shape,
+                verify: exp.speculative.verify,
+            });
         Serving {
             spec,
-            spec_v2: exp.spec.spec_v2,
+            spec_v2: exp.speculative.spec_v2,
             max_running: exp.max_running_requests as usize,
             temperature: exp.file.workload.temperature.unwrap_or(0.0) as f32,
             seed: exp.file.seed,
@@ -72,7 +75,7 @@ struct Live {
     round_commits: Vec<u32>,
 }
 
-pub(crate) struct EngineSession<M: SpecModel> {
+pub(crate) struct EngineSession<M: SpeculativeModel> {
     batcher: Batcher<M>,
     serving: Serving,
     /// Message of errors from the device's passes.
@@ -82,7 +85,7 @@ pub(crate) struct EngineSession<M: SpecModel> {
     chunks: Option<Vec<ChunkEvent>>,
 }
 
-impl<M: SpecModel> EngineSession<M> {
+impl<M: SpeculativeModel> EngineSession<M> {
     pub fn new(model: M, serving: Serving, error: &'static str, concurrency: u32) -> Self {
         let limit = (concurrency.max(1) as usize).min(serving.max_running);
         EngineSession {
@@ -165,7 +168,7 @@ impl<M: SpecModel> EngineSession<M> {
     }
 }
 
-impl<M: SpecModel> Session for EngineSession<M> {
+impl<M: SpeculativeModel> Session for EngineSession<M> {
     fn now_ns(&self) -> Nanos {
         self.now()
     }

@@ -1,5 +1,5 @@
 //! Sequences, plain decoding and SGLang's EAGLE-3 round, batched over many sequences, on any
-//! [`SpecModel`]: the CPU reference and the GPU run this one loop, so they take the same
+//! [`SpeculativeModel`]: the CPU reference and the GPU run this one loop, so they take the same
 //! decisions (draft trees, verification, commits, draft extends).
 //!
 //! Invariants per sequence: the target KV cache holds every committed token but the last
@@ -19,27 +19,27 @@ use kbench_core::verify::{
 use crate::draft::target_probs as draft_target_probs;
 use crate::error::{EngineError, Result};
 use crate::linalg::{argmax, softmax_inplace, topk};
-use crate::passes::{DraftSeg, SpecModel, TargetSeg};
+use crate::passes::{DraftSeg, SpeculativeModel, TargetSeg};
 
 pub use crate::cpu::{Models, Sequence};
 
 /// What the engine speculates with: the draft tree (SGLang's `num_steps`, `eagle_topk`,
 /// `num_draft_tokens`) and how the target verifies it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct SpecSettings {
+pub struct SpeculativeSettings {
     pub shape: TreeShape,
     pub verify: VerifyMethod,
 }
 
-impl SpecSettings {
+impl SpeculativeSettings {
     /// Settings whose tree can be built.
     pub fn new(
         num_steps: u32,
         eagle_topk: u32,
         num_draft_tokens: u32,
         verify: VerifyMethod,
-    ) -> Result<SpecSettings> {
-        Ok(SpecSettings {
+    ) -> Result<SpeculativeSettings> {
+        Ok(SpeculativeSettings {
             shape: TreeShape::new(num_steps, eagle_topk, num_draft_tokens)?,
             verify,
         })
@@ -152,7 +152,7 @@ fn caches_of<'a, C>(seqs: &'a [&mut Seq<C>]) -> Vec<&'a C> {
 
 /// Prefill: a target pass over every prompt, the first output token, then (with a draft)
 /// one draft extend over the prompt.
-pub fn prefill<M: SpecModel>(m: &mut M, seqs: &mut [&mut Seq<M::Caches>]) -> Result<()> {
+pub fn prefill<M: SpeculativeModel>(m: &mut M, seqs: &mut [&mut Seq<M::Caches>]) -> Result<()> {
     for s in seqs.iter() {
         if s.tokens.is_empty() {
             return Err(EngineError::Invalid(format!(
@@ -205,7 +205,7 @@ pub fn prefill<M: SpecModel>(m: &mut M, seqs: &mut [&mut Seq<M::Caches>]) -> Res
 
 /// One target pass over every prompt, committed. Returns each prompt's last logits and
 /// captured hidden states.
-fn prefill_batched<M: SpecModel>(
+fn prefill_batched<M: SpeculativeModel>(
     m: &mut M,
     seqs: &mut [&mut Seq<M::Caches>],
 ) -> Result<Vec<(Vec<f32>, Vec<f32>)>> {
@@ -230,7 +230,7 @@ fn prefill_batched<M: SpecModel>(
 
 /// Target passes over one prompt in chunks of at most `limit` tokens, each committed before
 /// the next. Returns the last token's logits and every token's captured hidden states.
-fn prefill_chunked<M: SpecModel>(
+fn prefill_chunked<M: SpeculativeModel>(
     m: &mut M,
     s: &mut Seq<M::Caches>,
     limit: usize,
@@ -246,7 +246,7 @@ fn prefill_chunked<M: SpecModel>(
 
 /// One committed target pass over the next at most `limit` prompt tokens past `done`;
 /// appends their captured hidden states and returns the last one's logits.
-fn target_chunk<M: SpecModel>(
+fn target_chunk<M: SpeculativeModel>(
     m: &mut M,
     s: &mut Seq<M::Caches>,
     done: &mut usize,
@@ -282,7 +282,7 @@ pub struct PrefillProgress {
 /// last: the first output token, then the draft extend. Returns whether the prefill is
 /// complete. The tokens are those of a one-pass prefill: each chunk attends to the cached
 /// prompt before it and causally within itself.
-pub fn prefill_step<M: SpecModel>(
+pub fn prefill_step<M: SpeculativeModel>(
     m: &mut M,
     s: &mut Seq<M::Caches>,
     progress: &mut PrefillProgress,
@@ -320,7 +320,7 @@ pub fn prefill_step<M: SpecModel>(
 
 /// Draft extend in one pass: per sequence `seqs[i]`, entries (captured hidden, next token,
 /// position) appended to the draft cache; the last entry seeds the next round.
-fn draft_extend<M: SpecModel>(
+fn draft_extend<M: SpeculativeModel>(
     m: &mut M,
     seqs: &mut [&mut Seq<M::Caches>],
     entries: Vec<(usize, DraftSeg)>,
@@ -340,7 +340,7 @@ fn draft_extend<M: SpecModel>(
 }
 
 /// Draft extend of one sequence in passes of at most `limit` entries.
-fn draft_extend_chunked<M: SpecModel>(
+fn draft_extend_chunked<M: SpeculativeModel>(
     m: &mut M,
     s: &mut Seq<M::Caches>,
     seg: DraftSeg,
@@ -366,7 +366,7 @@ fn draft_extend_chunked<M: SpecModel>(
 }
 
 /// One plain decode step for every sequence (baseline without speculation).
-pub fn decode_step<M: SpecModel>(m: &mut M, seqs: &mut [&mut Seq<M::Caches>]) -> Result<()> {
+pub fn decode_step<M: SpeculativeModel>(m: &mut M, seqs: &mut [&mut Seq<M::Caches>]) -> Result<()> {
     let segs = seqs
         .iter()
         .map(|s| TargetSeg {
@@ -422,7 +422,7 @@ fn draft_choices(
 
 /// Draft-step passes of at most `limit` one-token segments; each segment's entry is kept on
 /// the round's draft path before the next pass. Returns each segment's (logits, aux).
-fn draft_steps<M: SpecModel>(
+fn draft_steps<M: SpeculativeModel>(
     m: &mut M,
     seqs: &mut [&mut Seq<M::Caches>],
     work: &[(usize, usize)],
@@ -467,10 +467,10 @@ fn pass_groups(segs: &[TargetSeg], limit: usize) -> Vec<(usize, usize)> {
 /// One EAGLE-3 round for every sequence: `num_steps - 1` batched draft passes, tree
 /// selection, a tree-masked target verify pass, verification, KV commit of the accepted
 /// path, and a draft extend over the committed tokens. Returns each sequence's outcome.
-pub fn spec_round<M: SpecModel>(
+pub fn spec_round<M: SpeculativeModel>(
     m: &mut M,
     seqs: &mut [&mut Seq<M::Caches>],
-    cfg: &SpecSettings,
+    cfg: &SpeculativeSettings,
 ) -> Result<Vec<VerifyOutcome>> {
     if m.d2t().is_none() {
         return Err(EngineError::Invalid(
@@ -710,13 +710,13 @@ fn target_probs(
 /// Runs a fixed batch of prompts to completion (all prefilled together, then rounds over
 /// the unfinished ones). Sequence i holds KV slot i where the device has slots. Returns the
 /// finished sequences in input order.
-pub fn run_batch<M: SpecModel>(
+pub fn run_batch<M: SpeculativeModel>(
     m: &mut M,
     prompts: Vec<(u64, Vec<u32>)>,
     max_new: usize,
     temperature: f32,
     seed: u64,
-    spec: Option<&SpecSettings>,
+    spec: Option<&SpeculativeSettings>,
 ) -> Result<Vec<Seq<M::Caches>>> {
     if max_new == 0 {
         return Err(EngineError::Invalid("max_tokens must be at least 1".into()));

@@ -116,7 +116,7 @@ fn shipped_engine_tiny_experiment_runs() {
 fn engine_session_advances_to_deadlines_and_cancels() {
     use kbench_core::backend::Request;
     use kbench_core::experiment::VerifyMethod;
-    use kbench_engine::SpecSettings;
+    use kbench_engine::SpeculativeSettings;
     let dir = tempfile::tempdir().unwrap();
     ensure_tiny_model(dir.path()).unwrap();
     let model = kbench_engine::Model::load(
@@ -125,7 +125,7 @@ fn engine_session_advances_to_deadlines_and_cancels() {
         kbench_engine::Device::Cpu,
     )
     .unwrap();
-    let spec = SpecSettings::new(3, 1, 4, VerifyMethod::Greedy).unwrap();
+    let spec = SpeculativeSettings::new(3, 1, 4, VerifyMethod::Greedy).unwrap();
     let mut backend = EngineBackend::from_model(model, Some(spec), false, 8, 0.0, 1);
     let mut session = backend.start_level(4).unwrap();
     session.record_chunks();

@@ -7,7 +7,7 @@ use kbench_core::arch::{ArchFamily, ModelArch};
 use kbench_core::experiment::VerifyMethod;
 use kbench_engine::generate::{generate, GenerateOptions};
 use kbench_engine::init::{init_model, plan_checkpoint, InitOptions, Preset};
-use kbench_engine::{Device, EngineError, Model, SpecSettings};
+use kbench_engine::{Device, EngineError, Model, SpeculativeSettings};
 
 fn tiny_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -52,7 +52,7 @@ fn tiny_model_round_trips_through_disk() {
         spec: None,
     };
     let plain = generate(d, None, &opts).unwrap();
-    opts.spec = Some(SpecSettings::new(3, 1, 4, VerifyMethod::Greedy).unwrap());
+    opts.spec = Some(SpeculativeSettings::new(3, 1, 4, VerifyMethod::Greedy).unwrap());
     let spec = generate(d, None, &opts).unwrap();
     assert_eq!(plain.tokens, spec.tokens);
     assert_eq!(plain.prompt_tokens, (10..16).collect::<Vec<u32>>());

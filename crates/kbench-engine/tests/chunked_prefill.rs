@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use kbench_core::experiment::VerifyMethod;
 use kbench_core::verify::SamplingParams;
 use kbench_engine::batcher::{Batcher, Commit, SeqParams};
-use kbench_engine::speculative::SpecSettings;
+use kbench_engine::speculative::SpeculativeSettings;
 
 fn greedy(max_new: usize) -> SeqParams {
     SeqParams {
@@ -26,7 +26,7 @@ fn greedy(max_new: usize) -> SeqParams {
 }
 
 /// Steps until idle (bounded), returning every forward's commits.
-fn drain<M: kbench_engine::passes::SpecModel>(b: &mut Batcher<M>) -> Vec<Vec<Commit>> {
+fn drain<M: kbench_engine::passes::SpeculativeModel>(b: &mut Batcher<M>) -> Vec<Vec<Commit>> {
     let mut forwards = Vec::new();
     for _ in 0..10_000 {
         if b.is_idle() {
@@ -50,7 +50,7 @@ fn chunked_prefill_gives_the_one_forward_tokens() {
     let model = common::micro_model(11, 0.8, 2, 96);
     for spec in [
         None,
-        Some(SpecSettings::new(3, 1, 4, VerifyMethod::Greedy).unwrap()),
+        Some(SpeculativeSettings::new(3, 1, 4, VerifyMethod::Greedy).unwrap()),
     ] {
         let long = common::prompt(1, 45, 96);
         let short = common::prompt(2, 5, 96);

@@ -20,7 +20,7 @@ use kbench_core::experiment::VerifyMethod;
 use kbench_engine::cuda::{self, CudaModel, CudaOptions, GpuSegment};
 use kbench_engine::generate::run_batch;
 use kbench_engine::target::{Attend, Segment};
-use kbench_engine::SpecSettings;
+use kbench_engine::SpeculativeSettings;
 
 fn gpu_model(dir: &Path, opts: &CudaOptions) -> CudaModel {
     CudaModel::load(dir, Some(&dir.join("draft")), opts).expect("gpu model loads")
@@ -119,7 +119,7 @@ fn gpu_greedy_spec_equals_cpu_token_for_token() {
         "plain greedy: GPU vs CPU"
     );
     for (steps, topk, ndt) in [(2u32, 1u32, 3u32), (3, 1, 4), (3, 2, 6)] {
-        let cfg = SpecSettings::new(steps, topk, ndt, VerifyMethod::Greedy).unwrap();
+        let cfg = SpeculativeSettings::new(steps, topk, ndt, VerifyMethod::Greedy).unwrap();
         let c = run_batch(&cpu, ps.clone(), max_new, 0.0, 0, Some(&cfg)).unwrap();
         let g = cuda::run_batch(&mut gpu, ps.clone(), max_new, 0.0, 0, Some(&cfg)).unwrap();
         assert_eq!(
@@ -166,7 +166,7 @@ fn gpu_batched_spec_and_graphs_match_eager() {
     let cpu = cpu_model(&dir);
     let v = cpu.target.vocab;
     let ps = prompts(v, 3);
-    let cfg = SpecSettings::new(3, 2, 6, VerifyMethod::Greedy).unwrap();
+    let cfg = SpeculativeSettings::new(3, 2, 6, VerifyMethod::Greedy).unwrap();
     let c = run_batch(&cpu, ps.clone(), 24, 0.0, 0, Some(&cfg)).unwrap();
     let mut eager_opts = CudaOptions::new(0, 1);
     eager_opts.cuda_graph_max_bs = 0;
@@ -194,7 +194,7 @@ fn gpu_tensor_parallel_matches_single_gpu() {
     let dir = tiny_dir();
     let v = 256;
     let ps = prompts(v, 2);
-    let cfg = SpecSettings::new(3, 1, 4, VerifyMethod::Greedy).unwrap();
+    let cfg = SpeculativeSettings::new(3, 1, 4, VerifyMethod::Greedy).unwrap();
     let mut one = gpu_model(&dir, &CudaOptions::new(0, 1));
     let a = cuda::run_batch(&mut one, ps.clone(), 16, 0.0, 0, Some(&cfg)).unwrap();
     drop(one);

@@ -182,9 +182,13 @@ fn gpu_tuned_decode_tree_verify_and_generation() {
     let ps = vec![(0u64, prompt(11, 9, v))];
     let c = run_batch(&cpu, ps.clone(), 16, 0.0, 0, None).unwrap();
     let g = cuda::run_batch(&mut graphed, ps.clone(), 16, 0.0, 0, None).unwrap();
-    let cfg =
-        kbench_engine::SpecSettings::new(3, 2, 6, kbench_core::experiment::VerifyMethod::Greedy)
-            .unwrap();
+    let cfg = kbench_engine::SpeculativeSettings::new(
+        3,
+        2,
+        6,
+        kbench_core::experiment::VerifyMethod::Greedy,
+    )
+    .unwrap();
     let gs = cuda::run_batch(&mut graphed, ps, 16, 0.0, 0, Some(&cfg)).unwrap();
     let same = |a: &[u32], b: &[u32]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
     eprintln!(

@@ -6,7 +6,7 @@ mod common;
 
 use kbench_core::experiment::VerifyMethod;
 use kbench_engine::generate::run_batch;
-use kbench_engine::SpecSettings;
+use kbench_engine::SpeculativeSettings;
 use proptest::prelude::*;
 
 fn valid_ndt(steps: u32, topk: u32) -> Vec<u32> {
@@ -40,7 +40,7 @@ proptest! {
             .collect();
         let plain = run_batch(&model, prompts.clone(), max_new, 0.0, 0, None).unwrap();
         for ndt in valid_ndt(steps, topk) {
-            let cfg = SpecSettings::new(steps, topk, ndt, VerifyMethod::Greedy).unwrap();
+            let cfg = SpeculativeSettings::new(steps, topk, ndt, VerifyMethod::Greedy).unwrap();
             let spec = run_batch(&model, prompts.clone(), max_new, 0.0, 0, Some(&cfg)).unwrap();
             for (p, s) in plain.iter().zip(&spec) {
                 prop_assert_eq!(p.output(), s.output(), "steps {} topk {} ndt {}", steps, topk, ndt);
@@ -61,7 +61,7 @@ fn tiny_preset_greedy_spec_matches_plain() {
         .collect();
     let plain = run_batch(&model, prompts.clone(), 40, 0.0, 0, None).unwrap();
     for (steps, topk, ndt) in [(3, 1, 4), (2, 1, 3), (5, 4, 8), (4, 2, 6)] {
-        let cfg = SpecSettings::new(steps, topk, ndt, VerifyMethod::Greedy).unwrap();
+        let cfg = SpeculativeSettings::new(steps, topk, ndt, VerifyMethod::Greedy).unwrap();
         let spec = run_batch(&model, prompts.clone(), 40, 0.0, 0, Some(&cfg)).unwrap();
         for (p, s) in plain.iter().zip(&spec) {
             assert_eq!(p.output(), s.output());
@@ -75,7 +75,7 @@ fn draft_quality_spans_acceptance() {
     let prompts: Vec<(u64, Vec<u32>)> = (0..4)
         .map(|i| (i, common::prompt(100 + i, 12, 256)))
         .collect();
-    let cfg = SpecSettings::new(3, 1, 4, VerifyMethod::Greedy).unwrap();
+    let cfg = SpeculativeSettings::new(3, 1, 4, VerifyMethod::Greedy).unwrap();
     let mut prev = 0.0;
     let mut lens = Vec::new();
     for q in [0.0f32, 0.5, 1.0] {

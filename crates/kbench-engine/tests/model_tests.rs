@@ -10,7 +10,7 @@ use kbench_engine::linalg::{Linear, Weight};
 use kbench_engine::speculative::{prefill, seq_rng, spec_round, Sequence};
 use kbench_engine::st::Slice;
 use kbench_engine::target::{Attend, MlaMode, Segment};
-use kbench_engine::SpecSettings;
+use kbench_engine::SpeculativeSettings;
 use kbench_numerics::{bf16, int4};
 use proptest::prelude::*;
 use rand::RngExt;
@@ -223,7 +223,10 @@ fn batching_does_not_change_tokens() {
         (0.8, VerifyMethod::TargetOnly),
         (0.8, VerifyMethod::Exact),
     ] {
-        for spec in [None, Some(SpecSettings::new(3, 2, 5, method).unwrap())] {
+        for spec in [
+            None,
+            Some(SpeculativeSettings::new(3, 2, 5, method).unwrap()),
+        ] {
             let together = run_batch(&model, prompts.clone(), 20, temp, 9, spec.as_ref()).unwrap();
             for (i, p) in prompts.iter().enumerate() {
                 let alone = run_batch(&model, vec![p.clone()], 20, temp, 9, spec.as_ref()).unwrap();
@@ -288,7 +291,7 @@ fn first_token_distribution(method: VerifyMethod, topk: u32, steps: u32) {
         topk * steps + 1
     };
     TreeShape::new(steps, topk, ndt).unwrap();
-    let cfg = SpecSettings::new(steps, topk, ndt, method).unwrap();
+    let cfg = SpeculativeSettings::new(steps, topk, ndt, method).unwrap();
     let n = 3000u64;
     let mut counts = vec![0u64; 64];
     for trial in 0..n {
@@ -338,7 +341,7 @@ fn chain_trace_replay_reproduces_engine_accept_lengths() {
     )
     .unwrap();
     for steps in 1..=5u32 {
-        let cfg = SpecSettings::new(steps, 1, steps + 1, VerifyMethod::Greedy).unwrap();
+        let cfg = SpeculativeSettings::new(steps, 1, steps + 1, VerifyMethod::Greedy).unwrap();
         let seqs = run_batch(&model, prompts.clone(), max_new, 0.0, 0, Some(&cfg)).unwrap();
         let shape = TreeShape::chain(steps).unwrap();
         for (si, s) in seqs.iter().enumerate() {
@@ -379,7 +382,7 @@ fn tree_trace_replay_error_vs_engine() {
         )
         .unwrap();
         for (steps, topk, ndt) in [(3u32, 2u32, 4u32), (3, 4, 8), (5, 4, 8), (4, 2, 6)] {
-            let cfg = SpecSettings::new(steps, topk, ndt, VerifyMethod::Greedy).unwrap();
+            let cfg = SpeculativeSettings::new(steps, topk, ndt, VerifyMethod::Greedy).unwrap();
             let shape = TreeShape::new(steps, topk, ndt).unwrap();
             let seqs = run_batch(&model, prompts.clone(), max_new, 0.0, 0, Some(&cfg)).unwrap();
             let mut line = format!("quality {quality} ({steps},{topk},{ndt}):");

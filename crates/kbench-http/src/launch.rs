@@ -171,7 +171,7 @@ pub fn command_line(
     flag("host", target.host.clone());
     flag("port", target.port.to_string());
     flag("tp-size", exp.tp_size.to_string());
-    if exp.spec.is_speculative() {
+    if exp.speculative.is_speculative() {
         let draft = f.draft.as_ref();
         flag("speculative-algorithm", "EAGLE3".into());
         flag(
@@ -185,12 +185,15 @@ pub fn command_line(
         );
         flag(
             "speculative-num-steps",
-            exp.spec.shape.num_steps.to_string(),
+            exp.speculative.shape.num_steps.to_string(),
         );
-        flag("speculative-eagle-topk", exp.spec.shape.topk.to_string());
+        flag(
+            "speculative-eagle-topk",
+            exp.speculative.shape.topk.to_string(),
+        );
         flag(
             "speculative-num-draft-tokens",
-            exp.spec.shape.num_draft_tokens.to_string(),
+            exp.speculative.shape.num_draft_tokens.to_string(),
         );
     }
     if let Some(n) = f.server.max_running_requests {
@@ -201,7 +204,7 @@ pub fn command_line(
     }
     argv.extend(l.args.iter().cloned());
     let mut env = l.env.clone();
-    if exp.spec.spec_v2 {
+    if exp.speculative.spec_v2 {
         env.insert("SGLANG_ENABLE_SPEC_V2".into(), "True".into());
     }
     if l.acceptance == LaunchAcceptance::Simulate {
@@ -215,7 +218,7 @@ pub fn command_line(
 /// The accept length (tokens per verify round, bonus included) the simulator replays for the
 /// file's configuration: what SGLang's simulated acceptance is told to produce.
 pub fn simulated_accept_length(exp: &Experiment) -> Result<f64, HttpError> {
-    if !exp.spec.is_speculative() {
+    if !exp.speculative.is_speculative() {
         return Err(HttpError::Settings(
             "launch: acceptance = \"simulate\" needs speculative decoding in [speculative]".into(),
         ));
@@ -233,7 +236,7 @@ pub fn simulated_accept_length(exp: &Experiment) -> Result<f64, HttpError> {
         source,
     };
     let trace = kbench_core::trace::read(path).map_err(trace_error)?;
-    let s = &exp.spec;
+    let s = &exp.speculative;
     let shape = kbench_core::tree::TreeShape::new(
         s.shape.num_steps,
         s.shape.topk,
@@ -384,12 +387,12 @@ pub fn free_port(host: &str) -> Result<u16, HttpError> {
 /// else SGLang's own launcher; the url's host and port, else SGLang's 127.0.0.1:30000.
 pub fn sglang_command(exp: &Experiment) -> Result<String, HttpError> {
     if exp.engine.kind == kbench_core::experiment::ServingEngineKind::Vllm
-        && exp.spec.is_speculative()
+        && exp.speculative.is_speculative()
     {
         return Err(HttpError::Settings(format!(
             "{}: the file simulates vLLM's speculative decoding (method `{}`); `kbench vllm-args` prints its launch line",
             exp.path.display(),
-            exp.spec.algorithm.vllm_method().unwrap_or("none")
+            exp.speculative.algorithm.vllm_method().unwrap_or("none")
         )));
     }
     let settings = crate::settings::HttpSettings::of(exp)?;

@@ -25,7 +25,8 @@ use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 
 use kbench_core::backend::{
-    Backend, BackendError, ChunkEvent, Nanos, Request, RequestRecord, ServerSpecCounters, Session,
+    Backend, BackendError, ChunkEvent, Nanos, Request, RequestRecord, ServerSpeculativeCounters,
+    Session,
 };
 use kbench_core::experiment::Experiment;
 use kbench_core::prompt::request_prompt;
@@ -92,9 +93,9 @@ impl HttpBackend {
             vocab: exp.model.vocab_size as usize,
             temperature: exp.file.workload.temperature.unwrap_or(0.0),
             max_drafts: exp
-                .spec
+                .speculative
                 .is_speculative()
-                .then_some(exp.spec.shape.num_steps),
+                .then_some(exp.speculative.shape.num_steps),
             server: None,
             api: settings.api.unwrap_or(Api::Sglang),
             model: settings.model.clone(),
@@ -298,12 +299,12 @@ struct HttpSession<'a> {
     tasks: HashMap<u64, tokio::task::JoinHandle<()>>,
     chunks: Option<Arc<Mutex<Vec<ChunkEvent>>>>,
     /// vLLM's speculative counters when the measured requests started.
-    counters_before: Option<prometheus::SpecReading>,
+    counters_before: Option<prometheus::SpeculativeReading>,
 }
 
 impl HttpSession<'_> {
     /// The server's speculative counters now, where it exposes them.
-    fn read_counters(&self) -> Option<prometheus::SpecReading> {
+    fn read_counters(&self) -> Option<prometheus::SpeculativeReading> {
         let client = self.b.client.clone();
         let text = self.b.runtime.block_on(async move {
             let r = client.send("GET", "/metrics", None, SCRAPE).await.ok()?;
@@ -489,7 +490,7 @@ impl Session for HttpSession<'_> {
         }
     }
 
-    fn server_counters(&mut self) -> Option<ServerSpecCounters> {
+    fn server_counters(&mut self) -> Option<ServerSpeculativeCounters> {
         let before = self.counters_before.take()?;
         let after = self.read_counters()?;
         Some(prometheus::delta(&before, &after))

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use kbench_core::backend::ServerSpecCounters;
+use kbench_core::backend::ServerSpeculativeCounters;
 
 const DRAFTS: &str = "vllm:spec_decode_num_drafts";
 const DRAFT_TOKENS: &str = "vllm:spec_decode_num_draft_tokens";
@@ -12,7 +12,7 @@ const PER_POS: &str = "vllm:spec_decode_num_accepted_tokens_per_pos";
 
 /// One reading of the counters, summed over every label set but `position`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SpecReading {
+pub struct SpeculativeReading {
     pub drafts: f64,
     pub draft_tokens: f64,
     pub accepted: f64,
@@ -21,8 +21,8 @@ pub struct SpecReading {
 
 /// The counters in a `/metrics` body; None where the server exposes none of them (SGLang,
 /// or vLLM without speculation).
-pub fn read(text: &str) -> Option<SpecReading> {
-    let mut r = SpecReading::default();
+pub fn read(text: &str) -> Option<SpeculativeReading> {
+    let mut r = SpeculativeReading::default();
     let mut seen = false;
     for line in text.lines() {
         if line.starts_with('#') {
@@ -65,7 +65,7 @@ fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// What changed between two readings, as `vllm bench serve` reports it.
-pub fn delta(before: &SpecReading, after: &SpecReading) -> ServerSpecCounters {
+pub fn delta(before: &SpeculativeReading, after: &SpeculativeReading) -> ServerSpeculativeCounters {
     let d = |a: f64, b: f64| (a - b).max(0.0).round() as u64;
     let drafts = d(after.drafts, before.drafts);
     let draft_tokens = d(after.draft_tokens, before.draft_tokens);
@@ -82,7 +82,7 @@ pub fn delta(before: &SpecReading, after: &SpecReading) -> ServerSpecCounters {
             }
         })
         .collect();
-    ServerSpecCounters {
+    ServerSpeculativeCounters {
         source: "vllm:spec_decode_* deltas from /metrics".into(),
         num_drafts: drafts,
         num_draft_tokens: draft_tokens,

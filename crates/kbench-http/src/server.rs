@@ -251,11 +251,11 @@ pub struct Expected {
 impl Expected {
     pub fn of(exp: &Experiment) -> Expected {
         Expected {
-            speculative: exp.spec.is_speculative().then_some({
+            speculative: exp.speculative.is_speculative().then_some({
                 (
-                    exp.spec.shape.num_steps as u64,
-                    exp.spec.shape.topk as u64,
-                    exp.spec.shape.num_draft_tokens as u64,
+                    exp.speculative.shape.num_steps as u64,
+                    exp.speculative.shape.topk as u64,
+                    exp.speculative.shape.num_draft_tokens as u64,
                 )
             }),
         }

@@ -11,7 +11,7 @@ use crate::settings::{HttpSettings, Target};
 
 /// vLLM's JSON for `--speculative-config`, keys in the order vLLM's docs write them.
 pub fn speculative_config(exp: &Experiment) -> Result<Option<String>, HttpError> {
-    let s = &exp.spec;
+    let s = &exp.speculative;
     let Some(method) = s.algorithm.vllm_method() else {
         return Ok(None);
     };
@@ -49,13 +49,13 @@ pub fn speculative_config(exp: &Experiment) -> Result<Option<String>, HttpError>
 
 /// The `vllm serve` command line, with the url's host and port (else vLLM's 127.0.0.1:8000).
 pub fn vllm_command(exp: &Experiment) -> Result<String, HttpError> {
-    if exp.engine.kind != ServingEngineKind::Vllm && exp.spec.is_speculative() {
+    if exp.engine.kind != ServingEngineKind::Vllm && exp.speculative.is_speculative() {
         return Err(HttpError::Settings(format!(
             "{}: the file simulates SGLang's EAGLE ({}, {}, {}); vLLM's settings differ (a chain of num_speculative_tokens): set [engine] name = \"vllm\" with method and num_speculative_tokens, or use `kbench sglang-args`",
             exp.path.display(),
-            exp.spec.shape.num_steps,
-            exp.spec.shape.topk,
-            exp.spec.shape.num_draft_tokens
+            exp.speculative.shape.num_steps,
+            exp.speculative.shape.topk,
+            exp.speculative.shape.num_draft_tokens
         )));
     }
     let settings = HttpSettings::of(exp)?;

@@ -67,7 +67,7 @@ struct Shared {
 
 impl Shared {
     fn acceptance(&self, exp: &Experiment) -> Result<Option<Arc<dyn AcceptanceModel>>, SimError> {
-        if !exp.spec.is_speculative() {
+        if !exp.speculative.is_speculative() {
             return Ok(None);
         }
         if exp.accept_length.is_some() {
@@ -76,7 +76,7 @@ impl Shared {
         let path = exp.trace.clone().ok_or_else(|| SimError::NoTrace {
             experiment: exp.path.clone(),
         })?;
-        let s = &exp.spec;
+        let s = &exp.speculative;
         let key = (path.clone(), exp.file.seed, s.shape.num_steps, s.shape.topk);
         let replay_error = |source| SimError::TraceReplay {
             path: path.clone(),

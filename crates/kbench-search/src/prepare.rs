@@ -97,7 +97,7 @@ pub fn prepare(path: &Path, set: &[String], flags: &SearchFlags) -> Result<Prepa
             .and_then(|i| u32::try_from(i).ok())
     };
     let base_spec = BaseSpeculative {
-        speculating: base.spec.is_speculative(),
+        speculating: base.speculative.is_speculative(),
         num_steps: raw_u32("num_steps"),
         eagle_topk: raw_u32("eagle_topk"),
     };

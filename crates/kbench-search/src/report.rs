@@ -195,7 +195,7 @@ fn row(
             let x = &run.experiment;
             r.status = "ran";
             r.config = Some(config_of(x));
-            r.unsupported = x.spec.unsupported.clone();
+            r.unsupported = x.speculative.unsupported.clone();
             r.at = score.map(|s| run.report.levels[s.level].clone());
             r.at_level = score.map(|s| s.level);
             r.saturation_output_throughput = Some(run.report.saturation_output_throughput);
@@ -217,15 +217,15 @@ fn row(
 
 fn config_of(x: &kbench_core::experiment::Experiment) -> CandidateConfig {
     CandidateConfig {
-        algorithm: if x.spec.is_speculative() {
+        algorithm: if x.speculative.is_speculative() {
             "EAGLE3".into()
         } else {
             "none".into()
         },
-        num_steps: x.spec.shape.num_steps,
-        eagle_topk: x.spec.shape.topk,
-        num_draft_tokens: x.spec.shape.num_draft_tokens,
-        spec_v2: x.spec.spec_v2,
+        num_steps: x.speculative.shape.num_steps,
+        eagle_topk: x.speculative.shape.topk,
+        num_draft_tokens: x.speculative.shape.num_draft_tokens,
+        spec_v2: x.speculative.spec_v2,
         tp_size: x.tp_size,
         max_running_requests: x.max_running_requests,
         cuda_graph_max_bs: x.cuda_graph_max_bs,
@@ -236,7 +236,7 @@ fn config_of(x: &kbench_core::experiment::Experiment) -> CandidateConfig {
 pub fn label(e: &Evaluated) -> String {
     let spec = match &e.outcome {
         Outcome::Ran(run) => {
-            let s = &run.experiment.spec;
+            let s = &run.experiment.speculative;
             if s.is_speculative() {
                 format!(
                     "EAGLE3 {}/{}/{} {}",

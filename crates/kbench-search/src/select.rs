@@ -120,7 +120,7 @@ pub fn rank(evaluated: &[Evaluated], objective: &Objective, slos: &[Slo]) -> Ran
             }
             Outcome::Ran(run) => run,
         };
-        let plain = !run.experiment.spec.is_speculative();
+        let plain = !run.experiment.speculative.is_speculative();
         match score(i, &run.report, objective, slos) {
             Ok(s) => {
                 if plain

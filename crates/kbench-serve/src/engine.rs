@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use kbench_core::verify::SamplingParams;
 use kbench_engine::batcher::{self, Batcher, SeqParams};
-use kbench_engine::passes::SpecModel;
-use kbench_engine::{CudaModel, CudaOptions, Device, EngineError, Model, SpecSettings};
+use kbench_engine::passes::SpeculativeModel;
+use kbench_engine::{CudaModel, CudaOptions, Device, EngineError, Model, SpeculativeSettings};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::ServeError;
@@ -26,7 +26,7 @@ pub struct EngineLoad {
     pub model_dir: PathBuf,
     pub draft_dir: Option<PathBuf>,
     pub device: Device,
-    pub spec: Option<SpecSettings>,
+    pub spec: Option<SpeculativeSettings>,
     pub max_running: usize,
     /// SGLang's `--chunked-prefill-size`: prompts longer than this are prefilled a chunk per
     /// forward, with the running requests' rounds between chunks; `None`: in one forward.
@@ -134,7 +134,7 @@ struct Bound {
 }
 
 /// Settles the prompt bound (timing a prefill unless it was given), reports it, then serves.
-fn serve<M: SpecModel>(
+fn serve<M: SpeculativeModel>(
     mut batcher: Batcher<M>,
     how: &EngineLoad,
     rx: mpsc::Receiver<Control>,
@@ -161,7 +161,7 @@ fn serve<M: SpecModel>(
 /// Times a [`PROBE_TOKENS`]-token prefill (its first token and draft extend included), the
 /// faster of two after a short warm-up (first calls pay for allocations and, on a GPU,
 /// kernel loads).
-fn probe<M: SpecModel>(
+fn probe<M: SpeculativeModel>(
     batcher: &mut Batcher<M>,
     context: usize,
 ) -> Result<PrefillProbe, EngineError> {
@@ -196,7 +196,7 @@ fn probe<M: SpecModel>(
     Ok(PrefillProbe { tokens, took })
 }
 
-fn run<M: SpecModel>(mut batcher: Batcher<M>, rx: mpsc::Receiver<Control>, load: &Load) {
+fn run<M: SpeculativeModel>(mut batcher: Batcher<M>, rx: mpsc::Receiver<Control>, load: &Load) {
     let mut clients: HashMap<u64, UnboundedSender<Event>> = HashMap::new();
     loop {
         // Idle: sleep until a request comes. Busy: take what arrived, then run a forward.
@@ -254,7 +254,7 @@ fn run<M: SpecModel>(mut batcher: Batcher<M>, rx: mpsc::Receiver<Control>, load:
 }
 
 /// Applies one control message; false: stop the worker.
-fn control<M: SpecModel>(
+fn control<M: SpeculativeModel>(
     c: Control,
     batcher: &mut Batcher<M>,
     clients: &mut HashMap<u64, UnboundedSender<Event>>,

@@ -76,7 +76,7 @@ impl FinishReason {
 
 /// Speculative statistics of one request (or, summed, of the server).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SpecTotals {
+pub struct SpeculativeTotals {
     pub verify_ct: u64,
     pub proposed: u64,
     pub accepted: u64,
@@ -117,7 +117,7 @@ pub struct Generation {
     decoded_ids: usize,
     decoded: String,
     stop: Vec<String>,
-    pub spec: SpecTotals,
+    pub spec: SpeculativeTotals,
     pub finish: Option<FinishReason>,
     pub started: Instant,
     /// Chunks the worker has sent (prefill's included).
@@ -241,7 +241,7 @@ impl Generation {
             decoded_ids: 0,
             decoded: String::new(),
             stop: req.stop,
-            spec: SpecTotals::default(),
+            spec: SpeculativeTotals::default(),
             finish: None,
             started: Instant::now(),
             chunks: 0,

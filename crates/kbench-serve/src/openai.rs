@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::gen::{Delta, GenRequest, Generation};
 use crate::reqlog::RequestLog;
 use crate::sglang::fault_for;
-use crate::state::{AppState, PerRequestSpecMetrics};
+use crate::state::{AppState, PerRequestSpeculativeMetrics};
 use crate::stream::{self, Format};
 
 /// OpenAI's default `max_tokens` for completions.
@@ -219,12 +219,12 @@ struct OpenAiFormat {
     include_usage: bool,
     continuous_usage: bool,
     first: bool,
-    spec_metrics: Option<PerRequestSpecMetrics>,
+    spec_metrics: Option<PerRequestSpeculativeMetrics>,
 }
 
 /// vLLM's per-request `metrics.speculative_decoding` (its names); None for a request that
 /// ran no verify round.
-fn speculative_decoding(gen: &Generation, detail: PerRequestSpecMetrics) -> Option<Value> {
+fn speculative_decoding(gen: &Generation, detail: PerRequestSpeculativeMetrics) -> Option<Value> {
     let s = &gen.spec;
     if s.verify_ct == 0 {
         return None;
@@ -237,7 +237,7 @@ fn speculative_decoding(gen: &Generation, detail: PerRequestSpecMetrics) -> Opti
         "draft_acceptance_rate": if s.proposed == 0 { 0.0 } else { s.accepted as f64 / s.proposed as f64 },
         "acceptance_histogram": s.histogram,
     });
-    if detail == PerRequestSpecMetrics::Detailed {
+    if detail == PerRequestSpeculativeMetrics::Detailed {
         m["per_step_accepted"] = json!(s.per_step_accepted);
         m["per_step_drafted"] = json!(s.per_step_drafted);
     }

@@ -15,7 +15,7 @@ use crate::worker::WorkerHandle;
 /// vLLM's `--per-request-spec-decode-metrics`: each OpenAI response's
 /// `metrics.speculative_decoding`, in the final usage chunk when streaming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PerRequestSpecMetrics {
+pub enum PerRequestSpeculativeMetrics {
     /// Counts and the mean acceptance length.
     Summary,
     /// Also `per_step_accepted` / `per_step_drafted`: every verify round.
@@ -72,7 +72,7 @@ pub struct Answering {
     pub api_key: Option<String>,
     /// Seeds sampling for requests that give no seed.
     pub seed: u64,
-    pub per_request_spec_metrics: Option<PerRequestSpecMetrics>,
+    pub per_request_spec_metrics: Option<PerRequestSpeculativeMetrics>,
     /// `--log-requests`.
     pub log_requests: bool,
     /// SGLang's `--incremental-streaming-output` (formerly `--stream-output`): each chunk of a
@@ -96,7 +96,7 @@ pub struct AppState {
     pub started: Instant,
     /// The sampling seed of requests that give none.
     pub default_seed: u64,
-    pub per_request_spec_metrics: Option<PerRequestSpecMetrics>,
+    pub per_request_spec_metrics: Option<PerRequestSpeculativeMetrics>,
     /// `--log-requests`: one stderr line per finished request ([`crate::reqlog`]).
     pub log_requests: bool,
     pub incremental_streaming_output: bool,

@@ -11,7 +11,7 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::gen::SpecTotals;
+use crate::gen::SpeculativeTotals;
 
 /// Window of `sglang:gen_throughput`.
 const THROUGHPUT_WINDOW: Duration = Duration::from_secs(10);
@@ -74,7 +74,7 @@ pub struct Stats {
 pub struct Finished<'a> {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
-    pub spec: &'a SpecTotals,
+    pub spec: &'a SpeculativeTotals,
 }
 
 impl Stats {
@@ -293,14 +293,14 @@ mod tests {
     #[test]
     fn a_flush_restarts_every_speculative_gauge_and_no_counter() {
         let stats = Stats::default();
-        let spec = SpecTotals {
+        let spec = SpeculativeTotals {
             verify_ct: 4,
             proposed: 12,
             accepted: 6,
             round_tokens: 10,
             accepted_per_pos: vec![4, 2, 0],
             histogram: vec![1, 2, 1, 0],
-            ..SpecTotals::default()
+            ..SpeculativeTotals::default()
         };
         stats.record(Finished {
             prompt_tokens: 5,
@@ -329,12 +329,12 @@ mod tests {
         }
 
         // after the flush, the gauges describe only what finished since
-        let spec = SpecTotals {
+        let spec = SpeculativeTotals {
             verify_ct: 2,
             proposed: 6,
             accepted: 0,
             round_tokens: 2,
-            ..SpecTotals::default()
+            ..SpeculativeTotals::default()
         };
         stats.record(Finished {
             prompt_tokens: 5,

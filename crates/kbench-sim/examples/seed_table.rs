@@ -16,7 +16,7 @@ use std::sync::Arc;
 fn acceptance(exp: &Experiment) -> Arc<dyn AcceptanceModel> {
     if let Some(path) = exp.trace.as_ref().filter(|p| p.exists()) {
         if let Ok(t) = trace::read(path) {
-            if let Ok(a) = TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.spec) {
+            if let Ok(a) = TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.speculative) {
                 return Arc::new(a);
             }
         }

@@ -7,7 +7,7 @@
 //! Kimi-K2.5 EAGLE-3 chat accept lengths (about 2.7 at (3,1,4), 2.2-2.3 at (2,1,3)).
 
 use kbench_core::acceptance::AcceptanceModel;
-use kbench_core::experiment::SpecConfig;
+use kbench_core::experiment::SpeculativeConfig;
 use kbench_core::seed::derive_seed;
 
 #[derive(Debug, Clone)]
@@ -31,7 +31,7 @@ impl DepthRateAcceptance {
     }
 
     /// Per-depth acceptance probabilities for this configuration's tree.
-    pub fn depth_rates(&self, spec: &SpecConfig) -> Vec<f64> {
+    pub fn depth_rates(&self, spec: &SpeculativeConfig) -> Vec<f64> {
         let steps = spec.shape.num_steps as usize;
         let k = spec.shape.topk.max(1);
         // Tree nodes per depth: one per depth, then the rest to the shallowest depths (at most
@@ -61,7 +61,7 @@ impl DepthRateAcceptance {
     }
 
     /// Expected accept length (bonus included) for a configuration.
-    pub fn expected_accept_length(&self, spec: &SpecConfig) -> f64 {
+    pub fn expected_accept_length(&self, spec: &SpeculativeConfig) -> f64 {
         let mut p = 1.0;
         let mut total = 1.0;
         for a in self.depth_rates(spec) {
@@ -73,7 +73,7 @@ impl DepthRateAcceptance {
 }
 
 impl AcceptanceModel for DepthRateAcceptance {
-    fn round_commit(&self, request_id: u64, position: u32, spec: &SpecConfig) -> u32 {
+    fn round_commit(&self, request_id: u64, position: u32, spec: &SpeculativeConfig) -> u32 {
         let rates = self.depth_rates(spec);
         let mut committed = 1;
         for (depth, a) in rates.iter().enumerate() {
@@ -115,7 +115,7 @@ pub struct MeanAcceptance {
 }
 
 impl AcceptanceModel for MeanAcceptance {
-    fn round_commit(&self, request_id: u64, position: u32, spec: &SpecConfig) -> u32 {
+    fn round_commit(&self, request_id: u64, position: u32, spec: &SpeculativeConfig) -> u32 {
         let most = spec.shape.num_steps + 1;
         let drafts = (self.accept_length - 1.0).max(0.0);
         let whole = drafts.floor();
@@ -142,7 +142,7 @@ impl AcceptanceModel for MeanAcceptance {
 pub struct ConstantAcceptance(pub u32);
 
 impl AcceptanceModel for ConstantAcceptance {
-    fn round_commit(&self, _request_id: u64, _position: u32, spec: &SpecConfig) -> u32 {
+    fn round_commit(&self, _request_id: u64, _position: u32, spec: &SpeculativeConfig) -> u32 {
         self.0.clamp(1, spec.shape.num_steps + 1)
     }
     fn describe(&self) -> String {
@@ -157,15 +157,15 @@ mod tests {
     #[test]
     fn chat_rates_match_published_accept_lengths() {
         let a = DepthRateAcceptance::kimi_chat(1);
-        assert!((a.expected_accept_length(&SpecConfig::eagle(3, 1, 4)) - 2.70).abs() < 0.01);
-        let l = a.expected_accept_length(&SpecConfig::eagle(2, 1, 3));
+        assert!((a.expected_accept_length(&SpeculativeConfig::eagle(3, 1, 4)) - 2.70).abs() < 0.01);
+        let l = a.expected_accept_length(&SpeculativeConfig::eagle(2, 1, 3));
         assert!((2.2..=2.3).contains(&l), "{l}");
-        assert!(a.expected_accept_length(&SpecConfig::eagle(3, 4, 8)) > 2.7);
+        assert!(a.expected_accept_length(&SpeculativeConfig::eagle(3, 4, 8)) > 2.7);
     }
 
     #[test]
     fn mean_acceptance_draws_rounds_to_its_mean_with_the_least_spread() {
-        let s = SpecConfig::eagle(3, 1, 4);
+        let s = SpeculativeConfig::eagle(3, 1, 4);
         for (target, allowed) in [(2.155, [2, 3]), (2.6, [2, 3]), (1.0, [1, 1]), (4.0, [4, 4])] {
             let a = MeanAcceptance {
                 seed: 11,
@@ -185,7 +185,7 @@ mod tests {
     #[test]
     fn round_commit_is_pure_and_bounded() {
         let a = DepthRateAcceptance::kimi_chat(7);
-        let s = SpecConfig::eagle(3, 1, 4);
+        let s = SpeculativeConfig::eagle(3, 1, 4);
         for p in 0..200 {
             let c = a.round_commit(42, p, &s);
             assert!((1..=4).contains(&c));

@@ -11,7 +11,7 @@
 //!   slots for draft and verify tokens.
 
 use kbench_core::arch::{ArchFamily, DraftArch, ModelArch};
-use kbench_core::experiment::{ChunkedPrefill, Experiment, KvCacheDtype, SpecConfig};
+use kbench_core::experiment::{ChunkedPrefill, Experiment, KvCacheDtype, SpeculativeConfig};
 use serde::Serialize;
 
 use crate::error::SimError;
@@ -95,7 +95,7 @@ pub fn default_mem_fraction_static(
     if gpu > 60.0 * 1024.0 {
         reserved = reserved.max(10.0 * 1024.0);
     }
-    if exp.spec.is_speculative() {
+    if exp.speculative.is_speculative() {
         reserved += 2.0 * 1024.0;
     }
     ((gpu - reserved) / gpu * 1000.0).round() / 1000.0
@@ -145,7 +145,7 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
     let draft = exp
         .draft
         .as_ref()
-        .filter(|_| exp.spec.is_speculative())
+        .filter(|_| exp.speculative.is_speculative())
         .map(|d| draft_bytes_per_token(d, exp.tp_size, dtype))
         .unwrap_or(0);
     if pool_bytes <= 0.0 {
@@ -159,7 +159,7 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
         )));
     }
     let mut tokens = (pool_bytes / target as f64) as u64;
-    let s = &exp.spec;
+    let s = &exp.speculative;
     let speculative_slots = if s.is_speculative() {
         exp.max_running_requests as u64
             * (s.shape.num_steps * s.shape.topk + s.shape.num_draft_tokens) as u64
@@ -190,7 +190,7 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
 
 /// SGLang's `decode_mem_cache_buf_multiplier`; for a chain it equals vLLM's 1 + K slots
 /// plus K lookahead (`num_lookahead_tokens`, GPU drafters only: n-gram writes no draft KV).
-pub fn decode_slots_per_request(s: &SpecConfig) -> u32 {
+pub fn decode_slots_per_request(s: &SpeculativeConfig) -> u32 {
     if s.is_speculative() && !s.algorithm.drafts_on_gpu() {
         s.shape.num_draft_tokens
     } else if s.is_speculative() {

@@ -29,7 +29,7 @@ pub fn open(exp: &Experiment) -> Result<Box<dyn Backend>, SimError> {
 /// What a speculative simulation replays: the workload's trace, checked against the
 /// experiment's speculative settings. `None` without speculation.
 pub fn acceptance_for(exp: &Experiment) -> Result<Option<Arc<dyn AcceptanceModel>>, SimError> {
-    if !exp.spec.is_speculative() {
+    if !exp.speculative.is_speculative() {
         return Ok(None);
     }
     if let Some(accept_length) = exp.accept_length {
@@ -42,12 +42,10 @@ pub fn acceptance_for(exp: &Experiment) -> Result<Option<Arc<dyn AcceptanceModel
         experiment: exp.path.clone(),
     })?;
     let t = trace::read(path).map_err(SimError::TraceRead)?;
-    let acceptance =
-        TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.spec).map_err(|source| {
-            SimError::TraceReplay {
-                path: path.clone(),
-                source,
-            }
+    let acceptance = TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.speculative)
+        .map_err(|source| SimError::TraceReplay {
+            path: path.clone(),
+            source,
         })?;
     Ok(Some(Arc::new(acceptance)))
 }

@@ -22,7 +22,7 @@ use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::backend::{
     Backend, BackendError, ChunkEvent, KvCacheUsage, Nanos, Request, RequestRecord, Session,
 };
-use kbench_core::experiment::{Experiment, SpecConfig};
+use kbench_core::experiment::{Experiment, SpeculativeConfig};
 
 use crate::cost::{CostModel, RoundBreakdown};
 use crate::engine_profile::EngineProfile;
@@ -35,7 +35,7 @@ use crate::sched::Scheduler;
 
 pub struct SimBackend {
     pub(crate) cost: CostModel,
-    pub(crate) spec: SpecConfig,
+    pub(crate) spec: SpeculativeConfig,
     pub(crate) acceptance: Option<Arc<dyn AcceptanceModel>>,
     pub(crate) max_running: u32,
     name: String,
@@ -81,7 +81,7 @@ impl SimBackend {
         tables: Option<OpTables>,
         acceptance: Option<Arc<dyn AcceptanceModel>>,
     ) -> Result<SimBackend, SimError> {
-        if exp.spec.is_speculative() && acceptance.is_none() {
+        if exp.speculative.is_speculative() && acceptance.is_none() {
             return Err(SimError::Model(format!(
                 "{}: speculative decoding needs an acceptance model (a trace)",
                 exp.path.display()
@@ -131,8 +131,8 @@ impl SimBackend {
             scheduler,
             max_num_batched_tokens,
             cost,
-            spec: exp.spec.clone(),
-            acceptance: if exp.spec.is_speculative() {
+            spec: exp.speculative.clone(),
+            acceptance: if exp.speculative.is_speculative() {
                 acceptance
             } else {
                 None
@@ -156,7 +156,7 @@ impl SimBackend {
         &self.cost
     }
 
-    pub fn spec(&self) -> &SpecConfig {
+    pub fn spec(&self) -> &SpeculativeConfig {
         &self.spec
     }
 

@@ -52,7 +52,7 @@ fn at_least_a_third_of_the_points_and_of_the_speculative_points_are_check() {
             let is_check = case.role == Role::Check;
             all += n;
             check += if is_check { n } else { 0 };
-            if exp.spec.is_speculative() {
+            if exp.speculative.is_speculative() {
                 spec_all += n;
                 spec_check += if is_check { n } else { 0 };
             }

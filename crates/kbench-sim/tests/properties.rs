@@ -57,9 +57,9 @@ proptest! {
             prop_assert_eq!(r.output_tokens(), max_tokens);
             prop_assert!(r.token_times_ns.windows(2).all(|w| w[0] <= w[1]));
             prop_assert!(r.token_times_ns[0] > r.submitted_ns);
-            if exp.spec.is_speculative() {
+            if exp.speculative.is_speculative() {
                 prop_assert_eq!(r.round_commits.iter().sum::<u32>(), max_tokens - 1);
-                prop_assert!(r.round_commits.iter().all(|&c| c >= 1 && c <= exp.spec.shape.num_steps + 1));
+                prop_assert!(r.round_commits.iter().all(|&c| c >= 1 && c <= exp.speculative.shape.num_steps + 1));
             } else {
                 prop_assert!(r.round_commits.is_empty());
             }
@@ -168,7 +168,7 @@ fn sim_advance_to_matches_run_until_completion() {
         kbench_core::trace::TraceAcceptance::for_spec(
             std::sync::Arc::new(t),
             exp.file.seed,
-            &exp.spec,
+            &exp.speculative,
         )
         .unwrap(),
     );

@@ -65,7 +65,7 @@ fn uniform_vllm_step_is_a_chain_round() {
         drafting_requests: 8,
         ctx: 2000.0,
     };
-    let vllm = cost.vllm_step_ns(&step, &[], Some(&e.spec)).unwrap();
-    let chain = cost.round_ns(8, 2000.0, Some(&e.spec)).unwrap();
+    let vllm = cost.vllm_step_ns(&step, &[], Some(&e.speculative)).unwrap();
+    let chain = cost.round_ns(8, 2000.0, Some(&e.speculative)).unwrap();
     assert_eq!(vllm, chain);
 }

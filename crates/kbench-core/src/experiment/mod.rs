@@ -19,7 +19,9 @@ pub use resolve::{
     Experiment, HardwareRef, DEFAULT_CUDA_GRAPH_MAX_BS, DEFAULT_MAX_RUNNING_REQUESTS,
     SPEC_DEFAULT_MAX_RUNNING_REQUESTS,
 };
-pub use speculative::{validate_speculative, NgramWindow, RuleViolation, SpecConfig, VerifyMethod};
+pub use speculative::{
+    validate_speculative, NgramWindow, RuleViolation, SpeculativeConfig, VerifyMethod,
+};
 pub use vllm_speculative::{validate_vllm_speculative, DEFAULT_PROMPT_LOOKUP};
 pub use workload::{
     ChunkedPrefill, EngineProfileRef, KvCacheDtype, KvSettings, RequestLengths, ServingEngine,

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::error::ExperimentError;
 use super::file::{Algorithm, ExperimentFile};
-use super::speculative::{validate_speculative, SpecConfig};
+use super::speculative::{validate_speculative, SpeculativeConfig};
 use super::vllm_speculative::validate_vllm_speculative;
 use super::workload::{KvSettings, ServingEngine, Workload};
 use crate::arch::{DraftArch, ModelArch};
@@ -35,7 +35,7 @@ pub struct Experiment {
     pub model: ModelArch,
     pub draft: Option<DraftArch>,
     pub hardware: HardwareRef,
-    pub spec: SpecConfig,
+    pub speculative: SpeculativeConfig,
     pub tp_size: u32,
     pub max_running_requests: u32,
     pub cuda_graph_max_bs: u32,
@@ -526,7 +526,7 @@ pub(crate) fn resolve(
         max_concurrency,
         notes,
         warnings: level_warnings,
-        spec,
+        speculative: spec,
         model,
         draft,
         hardware,

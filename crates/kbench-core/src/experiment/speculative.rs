@@ -33,7 +33,7 @@ impl VerifyMethod {
 
 /// Validated speculative settings. For `Algorithm::None` the tree's counts are 0.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SpecConfig {
+pub struct SpeculativeConfig {
     pub algorithm: Algorithm,
     /// SGLang's `num_steps`, `eagle_topk`, `num_draft_tokens`.
     #[serde(flatten)]
@@ -55,9 +55,9 @@ pub struct NgramWindow {
     pub max: u32,
 }
 
-impl SpecConfig {
-    pub fn none() -> SpecConfig {
-        SpecConfig {
+impl SpeculativeConfig {
+    pub fn none() -> SpeculativeConfig {
+        SpeculativeConfig {
             algorithm: Algorithm::None,
             shape: TreeShape {
                 num_steps: 0,
@@ -72,15 +72,15 @@ impl SpecConfig {
         }
     }
 
-    pub fn eagle(num_steps: u32, eagle_topk: u32, num_draft_tokens: u32) -> SpecConfig {
-        SpecConfig {
+    pub fn eagle(num_steps: u32, eagle_topk: u32, num_draft_tokens: u32) -> SpeculativeConfig {
+        SpeculativeConfig {
             algorithm: Algorithm::Eagle3,
             shape: TreeShape {
                 num_steps,
                 topk: eagle_topk,
                 num_draft_tokens,
             },
-            ..SpecConfig::none()
+            ..SpeculativeConfig::none()
         }
     }
 
@@ -118,7 +118,7 @@ pub(super) fn violation(
 
 /// Applies SGLang's rules; `allow_unsupported` turns the ones kbench can still simulate
 /// (v2 with trees) into recorded notes instead of errors.
-pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleViolation> {
+pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpeculativeConfig, RuleViolation> {
     if let Some(keys) = keys_set(&[
         ("method", s.method.is_some()),
         ("num_speculative_tokens", s.num_speculative_tokens.is_some()),
@@ -167,9 +167,9 @@ pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleVi
                 "set algorithm = \"EAGLE3\", or remove those keys",
             ));
         }
-        return Ok(SpecConfig {
+        return Ok(SpeculativeConfig {
             verify,
-            ..SpecConfig::none()
+            ..SpeculativeConfig::none()
         });
     }
 
@@ -249,7 +249,7 @@ pub fn validate_speculative(s: &SpeculativeSection) -> Result<SpecConfig, RuleVi
             "disable_batch_threshold={t}: not upstream SGLang (the seed's fork)"
         ));
     }
-    Ok(SpecConfig {
+    Ok(SpeculativeConfig {
         algorithm: s.algorithm,
         shape: TreeShape {
             num_steps: steps,

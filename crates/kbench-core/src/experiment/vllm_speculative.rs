@@ -4,7 +4,7 @@
 
 use super::file::{Algorithm, SpeculativeSection};
 use super::speculative::{
-    keys_set, violation, NgramWindow, RuleViolation, SpecConfig, VerifyMethod,
+    keys_set, violation, NgramWindow, RuleViolation, SpeculativeConfig, VerifyMethod,
 };
 use crate::tree::TreeShape;
 
@@ -38,7 +38,7 @@ const MTP_ALIASES: [&str; 7] = [
 pub fn validate_vllm_speculative(
     s: &SpeculativeSection,
     mtp_layers: u32,
-) -> Result<SpecConfig, RuleViolation> {
+) -> Result<SpeculativeConfig, RuleViolation> {
     if let Some(keys) = keys_set(&[
         ("algorithm", s.algorithm != Algorithm::None),
         ("num_steps", s.num_steps.is_some()),
@@ -84,9 +84,9 @@ pub fn validate_vllm_speculative(
                 "set method = \"eagle3\", \"eagle\", \"mtp\" or \"ngram\"",
             ));
         }
-        return Ok(SpecConfig {
+        return Ok(SpeculativeConfig {
             verify,
-            ..SpecConfig::none()
+            ..SpeculativeConfig::none()
         });
     };
     let algorithm = match method {
@@ -188,7 +188,7 @@ pub fn validate_vllm_speculative(
     } else {
         None
     };
-    Ok(SpecConfig {
+    Ok(SpeculativeConfig {
         algorithm,
         shape: TreeShape {
             num_steps: k,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::{Trace, TraceError};
 use crate::acceptance::AcceptanceModel;
-use crate::experiment::SpecConfig;
+use crate::experiment::SpeculativeConfig;
 use crate::seed::derive_seed;
 use crate::tree::{DraftTree, TreeBuilder, TreeShape};
 use crate::verify::verify_greedy;
@@ -325,7 +325,7 @@ impl PathRankMemo {
 }
 
 /// A trace recorded from a live server replays only what the server showed.
-fn check_observed(o: &super::Observed, spec: &SpecConfig) -> Result<(), TraceError> {
+fn check_observed(o: &super::Observed, spec: &SpeculativeConfig) -> Result<(), TraceError> {
     let server = format!(
         "({}, {}, {})",
         o.num_steps, o.eagle_topk, o.num_draft_tokens
@@ -398,7 +398,7 @@ impl TraceAcceptance {
     pub fn for_spec(
         trace: Arc<Trace>,
         seed: u64,
-        spec: &SpecConfig,
+        spec: &SpeculativeConfig,
     ) -> Result<TraceAcceptance, TraceError> {
         let mut t = TraceAcceptance::new(trace, seed)?;
         t.check(spec)?;
@@ -426,7 +426,7 @@ impl TraceAcceptance {
     }
 
     /// Whether the trace recorded enough to replay `spec`; callers check before a run.
-    pub fn check(&self, spec: &SpecConfig) -> Result<(), TraceError> {
+    pub fn check(&self, spec: &SpeculativeConfig) -> Result<(), TraceError> {
         if !spec.is_speculative() {
             return Ok(());
         }
@@ -470,7 +470,7 @@ impl TraceAcceptance {
 impl AcceptanceModel for TraceAcceptance {
     /// With a `match_rate` (n-gram traces) a step matches with that probability, drawn from
     /// (seed, request, position); a match proposes the full K.
-    fn round_proposal(&self, request_id: u64, position: u32, spec: &SpecConfig) -> u32 {
+    fn round_proposal(&self, request_id: u64, position: u32, spec: &SpeculativeConfig) -> u32 {
         let k = spec.shape.num_steps;
         match self.match_rate {
             Some(rate) if spec.algorithm == crate::experiment::Algorithm::Ngram => {
@@ -492,7 +492,7 @@ impl AcceptanceModel for TraceAcceptance {
 
     /// A spec that `check` would reject is clamped to the recorded depth and topk rather
     /// than failing mid-run.
-    fn round_commit(&self, request_id: u64, position: u32, spec: &SpecConfig) -> u32 {
+    fn round_commit(&self, request_id: u64, position: u32, spec: &SpeculativeConfig) -> u32 {
         if !spec.is_speculative() {
             return 1;
         }

@@ -6,7 +6,7 @@
 //!   (prefill / extend, decode, tree-masked verify; logits, captured hidden states, new KV
 //!   entries committed by the caller) and the draft pass (draft KV cache + a per-round pool of
 //!   draft-path entries); decode / verify passes replayed from CUDA graphs per token bucket.
-//! - `passes.rs`: [`CudaModel`]'s `SpecModel` (sequence caches = a KV slot, commits by pass
+//! - `passes.rs`: [`CudaModel`]'s `SpeculativeModel` (sequence caches = a KV slot, commits by pass
 //!   row) and [`GpuSequence`], so that `crate::speculative`'s loop ([`prefill`], [`decode_step`],
 //!   [`spec_round`], [`run_batch`], the same one the CPU runs) drives the GPU passes.
 //! - `backend.rs`: [`CudaEngineBackend`], the `engine` backend (`crate::session`'s scheduler:
@@ -245,7 +245,7 @@ impl CudaOptions {
         o.kernels = crate::settings::EngineSettings::of(exp)?.kernels()?;
         o.max_batch = exp.max_running_requests.max(1) as usize;
         o.cuda_graph_max_bs = exp.cuda_graph_max_bs as usize;
-        let tree = exp.spec.shape.num_draft_tokens.max(1) as usize;
+        let tree = exp.speculative.shape.num_draft_tokens.max(1) as usize;
         o.max_ctx = (exp.input_len.1 as usize + exp.max_tokens as usize + tree + 8).max(64);
         // a verify pass holds every running sequence's tree
         o.max_tokens = o.max_tokens.max(o.max_batch * tree);

@@ -1,4 +1,4 @@
-//! The GPU's [`SpecModel`]: a sequence's caches are a KV slot of [`CudaModel`] and their fill
+//! The GPU's [`SpeculativeModel`]: a sequence's caches are a KV slot of [`CudaModel`] and their fill
 //! levels. A pass leaves new entries in the model's pass buffer, and commits copy rows of it
 //! (by index from the segment's first row) into the slot; the buffer holds `max_tokens`
 //! tokens, so `crate::speculative` splits bounded phases into several passes.
@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::model::{CudaModel, GpuDraftSegment, GpuSegment};
 use crate::error::{EngineError, Result};
-use crate::passes::{DraftOut, DraftSeg, SpecModel, TargetOut, TargetSeg};
+use crate::passes::{DraftOut, DraftSeg, SpeculativeModel, TargetOut, TargetSeg};
 use crate::speculative::Seq;
 
 /// Where a sequence's caches live on the GPU.
@@ -55,7 +55,7 @@ impl Seq<GpuCaches> {
     }
 }
 
-impl SpecModel for CudaModel {
+impl SpeculativeModel for CudaModel {
     type Caches = GpuCaches;
     /// The segment's first row in the pass buffer.
     type TargetKv = usize;

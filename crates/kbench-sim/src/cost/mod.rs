@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use kbench_core::arch::{ArchFamily, DraftArch, ModelArch};
-use kbench_core::experiment::SpecConfig;
+use kbench_core::experiment::SpeculativeConfig;
 use serde::Serialize;
 
 use crate::engine_profile::EngineProfile;
@@ -467,7 +467,7 @@ impl CostModel {
     }
 
     /// The passes of one decode round for `bs` requests.
-    fn round_passes(&self, bs: u32, spec: Option<&SpecConfig>) -> Vec<(PassKind, u32, u32)> {
+    fn round_passes(&self, bs: u32, spec: Option<&SpeculativeConfig>) -> Vec<(PassKind, u32, u32)> {
         match spec {
             None => vec![(PassKind::TargetDecode, bs, bs)],
             Some(s) if !s.algorithm.drafts_on_gpu() => {
@@ -490,7 +490,12 @@ impl CostModel {
 
     /// Time of one decode round for `bs` running requests with mean cached context `ctx`;
     /// `spec` is None for a plain decode round.
-    pub fn round_ns(&self, bs: u32, ctx: f64, spec: Option<&SpecConfig>) -> Result<u64, SimError> {
+    pub fn round_ns(
+        &self,
+        bs: u32,
+        ctx: f64,
+        spec: Option<&SpeculativeConfig>,
+    ) -> Result<u64, SimError> {
         let mut gpu = 0.0;
         for (kind, tokens, reqs) in self.round_passes(bs, spec) {
             gpu += self.pass_time(kind, tokens, reqs, ctx)?.2;
@@ -500,7 +505,7 @@ impl CostModel {
         Ok(to_ns(total))
     }
 
-    fn host_round(&self, bs: u32, spec: Option<&SpecConfig>) -> (f64, &'static str, f64) {
+    fn host_round(&self, bs: u32, spec: Option<&SpeculativeConfig>) -> (f64, &'static str, f64) {
         let b = bs as f64;
         match spec {
             // SGLang's overlap scheduler (on by default without speculation) hides the
@@ -621,7 +626,7 @@ impl CostModel {
         &self,
         step: &VllmStep,
         parts: &[PrefillPart],
-        spec: Option<&SpecConfig>,
+        spec: Option<&SpeculativeConfig>,
     ) -> Result<u64, SimError> {
         let VllmStep {
             decode_requests: bs,
@@ -746,7 +751,7 @@ impl CostModel {
         &self,
         bs: u32,
         ctx: f64,
-        spec: Option<&SpecConfig>,
+        spec: Option<&SpeculativeConfig>,
     ) -> Result<RoundBreakdown, SimError> {
         let mut passes = Vec::new();
         for (kind, tokens, reqs) in self.round_passes(bs, spec) {

@@ -6,7 +6,7 @@
 //! in [`for_engine`].
 
 use kbench_core::backend::BackendError;
-use kbench_core::experiment::SpecConfig;
+use kbench_core::experiment::SpeculativeConfig;
 
 use crate::error::SimError;
 use crate::sim::SimSession;
@@ -22,7 +22,7 @@ pub(crate) trait Scheduler: Send + Sync {
     /// Whether the engine chooses each forward's batch while the previous forward still runs
     /// (an overlapped event loop): a request that reaches it during forward k then misses
     /// forward k + 1, already chosen, and joins k + 2.
-    fn schedules_ahead(&self, spec: &SpecConfig) -> bool;
+    fn schedules_ahead(&self, spec: &SpeculativeConfig) -> bool;
 }
 
 /// The scheduler of the engine an engine profile describes (its `engine` key).

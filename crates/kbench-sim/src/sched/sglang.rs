@@ -44,7 +44,7 @@ impl Scheduler for Sglang {
     /// scheduler.py; on by default, off under spec v1, on again with spec v2): each
     /// iteration receives requests, launches the next batch, then blocks on the previous
     /// batch's result, so requests are read one batch ahead of the GPU.
-    fn schedules_ahead(&self, spec: &kbench_core::experiment::SpecConfig) -> bool {
+    fn schedules_ahead(&self, spec: &kbench_core::experiment::SpeculativeConfig) -> bool {
         !spec.is_speculative() || spec.spec_v2
     }
 }

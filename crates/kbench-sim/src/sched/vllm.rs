@@ -24,7 +24,7 @@ impl Scheduler for Vllm {
     /// CPU n-gram proposer): `EngineCore.step_with_batch_queue` (vllm/v1/engine/core.py)
     /// schedules and submits the next batch before it blocks on the running one's output,
     /// and reads new requests from its input queue only between those steps.
-    fn schedules_ahead(&self, spec: &kbench_core::experiment::SpecConfig) -> bool {
+    fn schedules_ahead(&self, spec: &kbench_core::experiment::SpeculativeConfig) -> bool {
         !spec.is_speculative() || spec.spec_v2
     }
 }
