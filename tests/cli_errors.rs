@@ -417,3 +417,13 @@ fn misspelled_presets_name_their_file_and_line() {
     }
     insta::assert_snapshot!(out);
 }
+
+#[test]
+fn too_many_warmup_requests_are_not_called_negative() {
+    let out = run_file(BASE, &["--set", "benchmark.warmup_requests=4294967296"]);
+    assert!(!out.contains("negative"), "{out}");
+    assert!(out.contains("more than one level can count"), "{out}");
+    assert!(out.starts_with("exit code: 2"), "{out}");
+    let out = run_file(BASE, &["--set", "benchmark.warmup_requests=-1"]);
+    assert!(out.contains("is negative"), "{out}");
+}

@@ -373,11 +373,22 @@ pub(crate) fn resolve(
             "use fewer requests per client",
         ));
     }
-    if b.warmup_requests < 0 || b.warmup_requests > u32::MAX as i64 {
+    if b.warmup_requests < 0 {
         return Err(invalid(
             "benchmark.warmup_requests",
             format!("warmup_requests = {} is negative", b.warmup_requests),
             "use 0 or more",
+        ));
+    }
+    if b.warmup_requests > u32::MAX as i64 {
+        return Err(invalid(
+            "benchmark.warmup_requests",
+            format!(
+                "warmup_requests = {} is more than one level can count ({})",
+                b.warmup_requests,
+                u32::MAX
+            ),
+            "use fewer warm-up requests",
         ));
     }
     // more clients than requests: the extra clients never send, so the level measures less
