@@ -21,13 +21,18 @@ fn invalid(message: impl Into<String>) -> CliError {
     CliError::new(exit::INVALID_INPUT, message)
 }
 
+/// A flag's value the command cannot take: a usage error, as clap's own.
+fn usage(message: impl Into<String>) -> CliError {
+    CliError::new(exit::USAGE, message)
+}
+
 /// `--speed` bounds: a million times slower or faster than the modelled deployment keeps
 /// every wall-clock wait of a run inside what `Instant` can add.
 const MIN_SPEED: f64 = 1e-6;
 const MAX_SPEED: f64 = 1e6;
 
 fn seconds(flag: &str, s: f64) -> CliResult<Duration> {
-    kbench_core::duration::checked_seconds(s).map_err(|e| invalid(format!("--{flag} {e}")))
+    kbench_core::duration::checked_seconds(s).map_err(|e| usage(format!("--{flag} {e}")))
 }
 
 /// `--speculative-algorithm`: whether to speculate.
@@ -37,7 +42,7 @@ fn speculating(a: &ServeArgs) -> CliResult<Option<bool>> {
         Some(s) => match s.to_ascii_uppercase().as_str() {
             "EAGLE3" | "EAGLE" => Ok(Some(true)),
             "NONE" => Ok(Some(false)),
-            other => Err(invalid(format!(
+            other => Err(usage(format!(
                 "--speculative-algorithm {other}: kbench serve supports EAGLE3 (EAGLE as its alias) or NONE"
             ))),
         },
@@ -62,12 +67,12 @@ pub fn run(a: ServeArgs) -> CliResult<()> {
                 .iter()
                 .map(|k| k.parse())
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(invalid)?
+                .map_err(usage)?
         },
         seed: a.fail_seed,
         stall: seconds("fail-stall-secs", a.fail_stall_secs)?,
     };
-    faults.validate().map_err(invalid)?;
+    faults.validate().map_err(usage)?;
     let cfg = match &a.sim {
         Some(file) => sim_config(&a, file, limits, faults)?,
         None => engine_config(&a, limits, faults)?,
@@ -136,7 +141,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
             || a.speculative_num_draft_tokens.is_some()
             || a.draft.is_some()
         {
-            return Err(invalid(
+            return Err(usage(
                 "--speculative-algorithm NONE with speculative settings: drop them or speculate",
             ));
         }
@@ -154,7 +159,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
     let device = Device::parse(&a.device).map_err(|e| CliError::from_error(&e))?;
     if let Some(tp) = a.tp_size {
         if tp != 1 {
-            return Err(invalid(format!(
+            return Err(usage(format!(
                 "--tp-size {tp}: kbench serve --model runs the engine on one device (--tp-size 1); \
                  serve a modelled TP deployment with --sim"
             )));
@@ -187,7 +192,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
         Some(-1) => None,
         Some(n) if n > 0 => Some(n as usize),
         Some(n) => {
-            return Err(invalid(format!(
+            return Err(usage(format!(
                 "--chunked-prefill-size {n}: give a positive number of tokens, or -1 for none"
             )))
         }
@@ -293,7 +298,7 @@ fn sim_config(
     faults: Faults,
 ) -> CliResult<ServeConfig> {
     if a.device != "cpu" {
-        return Err(invalid(
+        return Err(usage(
             "--device is for the engine; --sim runs the cost model",
         ));
     }
@@ -337,7 +342,7 @@ fn sim_config(
     drop(probe);
     let speed = a.speed.unwrap_or(1.0);
     if !(speed.is_finite() && (MIN_SPEED..=MAX_SPEED).contains(&speed)) {
-        return Err(invalid(format!(
+        return Err(usage(format!(
             "--speed {} must be between 1e-6 and 1e6 (virtual seconds per wall second)",
             kbench_core::duration::show(speed)
         )));
@@ -426,8 +431,8 @@ fn sim_config(
 /// `--max-prompt-tokens`, which must leave room for an output token in the context.
 fn max_prompt_tokens(a: &ServeArgs, context_length: usize) -> CliResult<Option<usize>> {
     match a.max_prompt_tokens {
-        Some(0) => Err(invalid("--max-prompt-tokens 0: give at least 1")),
-        Some(n) if n >= context_length => Err(invalid(format!(
+        Some(0) => Err(usage("--max-prompt-tokens 0: give at least 1")),
+        Some(n) if n >= context_length => Err(usage(format!(
             "--max-prompt-tokens {n}: the context holds {context_length} tokens, prompt and \
              output together; give at most {}",
             context_length.saturating_sub(1)
