@@ -12,7 +12,7 @@
 
 use crate::device::{CudaDevice, DBuf};
 use crate::error::{CudaError, Result};
-use crate::linear_args::{LinearArgs, Operand};
+use crate::linear_args::LinearArgs;
 use cudarc::cublas::sys as cb;
 use cudarc::driver::{CudaContext, CudaStream};
 use std::ffi::c_void;
@@ -295,34 +295,19 @@ struct Gemm {
 /// Check a linear's arguments and map them onto cuBLAS's (see the module doc); None when there
 /// is nothing to compute.
 fn plan(args: LinearArgs) -> Result<Option<Gemm>> {
+    if args.is_empty() {
+        return Ok(None);
+    }
+    let ((x, ldx, sxz), (w, ldw, swz), (y, ldy, syz)) =
+        (args.x.parts(), args.w.parts(), args.y.parts());
     let LinearArgs {
-        x:
-            Operand {
-                ptr: x,
-                ld: ldx,
-                batch_stride: sxz,
-            },
-        w:
-            Operand {
-                ptr: w,
-                ld: ldw,
-                batch_stride: swz,
-            },
-        y:
-            Operand {
-                ptr: y,
-                ld: ldy,
-                batch_stride: syz,
-            },
         y_f32,
         m,
         n,
         k: kdim,
         batch,
+        ..
     } = args;
-    if m == 0 || n == 0 || batch == 0 {
-        return Ok(None);
-    }
     if kdim == 0 || ldx < kdim || ldw < kdim || ldy < n {
         return Err(inv(format!(
             "cublas linear: K {kdim} (> 0), ldx {ldx} and ldw {ldw} (>= K), ldy {ldy} (>= N {n})"
@@ -395,6 +380,7 @@ impl Drop for Blas {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::linear_args::Operand;
     use cb::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
 
     #[test]

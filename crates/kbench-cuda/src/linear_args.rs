@@ -34,6 +34,11 @@ impl Operand {
             batch_stride,
         }
     }
+
+    /// (address, row stride, batch stride), for code that launches with them one by one.
+    pub fn parts(self) -> (u64, usize, usize) {
+        (self.ptr, self.ld, self.batch_stride)
+    }
 }
 
 /// Batched BF16 linear, row-major NT: `Y[z][m, n] = sum_k X[z][m, k] W[z][n, k]` for
@@ -55,4 +60,11 @@ pub struct LinearArgs {
     /// The reduced dimension (input features).
     pub k: usize,
     pub batch: usize,
+}
+
+impl LinearArgs {
+    /// Nothing to compute: no rows, no output features or no batch entries.
+    pub fn is_empty(&self) -> bool {
+        self.m == 0 || self.n == 0 || self.batch == 0
+    }
 }

@@ -8,7 +8,7 @@
 use crate::device::{Arg, CudaDevice};
 use crate::error::{CudaError, Result};
 use crate::kernels as k;
-use crate::linear_args::{LinearArgs, Operand};
+use crate::linear_args::LinearArgs;
 
 fn inv(msg: String) -> CudaError {
     CudaError::Invalid(msg)
@@ -136,34 +136,19 @@ pub fn int4_matmul(
 /// The batched BF16 linear of [`LinearArgs`] on the crate's own kernel, which needs K % 32,
 /// row and batch strides of X and W % 8, and X and W 16-byte aligned.
 pub fn bf16_matmul(dev: &CudaDevice, args: LinearArgs, ws: Workspace) -> Result<()> {
+    if args.is_empty() {
+        return Ok(());
+    }
+    let ((x, ldx, sxz), (w, ldw, swz), (y, ldy, syz)) =
+        (args.x.parts(), args.w.parts(), args.y.parts());
     let LinearArgs {
-        x:
-            Operand {
-                ptr: x,
-                ld: ldx,
-                batch_stride: sxz,
-            },
-        w:
-            Operand {
-                ptr: w,
-                ld: ldw,
-                batch_stride: swz,
-            },
-        y:
-            Operand {
-                ptr: y,
-                ld: ldy,
-                batch_stride: syz,
-            },
         y_f32,
         m,
         n,
         k: kdim,
         batch,
+        ..
     } = args;
-    if m == 0 || n == 0 || batch == 0 {
-        return Ok(());
-    }
     if kdim % 32 != 0
         || ldx % 8 != 0
         || ldw % 8 != 0
