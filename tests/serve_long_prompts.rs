@@ -5,11 +5,13 @@
 
 mod serve_support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use serve_support::{connect, get, post, read_response, tiny_model, ServerProc};
+use serve_support::{
+    connect, get, open_generate_stream, post, read_response, tiny_model, ServerProc,
+};
 
 fn ids(n: usize) -> Vec<u32> {
     (0..n).map(|i| 3 + (i * 13 % 200) as u32).collect()
@@ -175,17 +177,7 @@ fn a_long_prompt_whose_client_leaves_is_dropped_between_chunks() {
     ]);
     let a = &server.addr;
     // about 8,000 tokens: tens of seconds of prefill on this engine
-    let body = generate(&ids(7900), 4, true);
-    let mut c = connect(a);
-    write!(
-        c,
-        "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut first = [0u8; 64];
-    let n = c.read(&mut first).unwrap();
-    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    let c = open_generate_stream(a, &generate(&ids(7900), 4, true));
     // the stream's head goes out at submission; the batcher takes the request a moment later
     let submitted = Instant::now();
     while running(a) == 0 {

@@ -326,10 +326,16 @@ pub fn finished_meta(r: &Resp) -> serde_json::Value {
 /// Starts a long `/generate` stream of `text` and returns once the server has answered its
 /// headers (the request is then in flight); dropping the connection ends it.
 pub fn hold_a_request(addr: &str, text: &str) -> TcpStream {
-    let mut c = connect(addr);
     let body = serde_json::json!({"text": text, "stream": true,
         "sampling_params": {"max_new_tokens": 50000, "temperature": 0, "ignore_eos": true}})
     .to_string();
+    open_generate_stream(addr, &body)
+}
+
+/// Posts `body` (a streaming request) to `/generate` and returns once the server has answered
+/// its headers with 200; the request is then in flight, and dropping the connection ends it.
+pub fn open_generate_stream(addr: &str, body: &str) -> TcpStream {
+    let mut c = connect(addr);
     write!(
         c,
         "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
