@@ -329,6 +329,7 @@ impl<M: SpeculativeModel> Batcher<M> {
                 commits.push(take_commit(r, b, proposed));
             }
         } else if self.prefilling.is_some() {
+            // admit() has just taken a long prompt, and nobody else runs: its first chunk
             self.chunk_ran = true;
             return self.prefill_next_chunk();
         } else {

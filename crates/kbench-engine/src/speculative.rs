@@ -154,12 +154,7 @@ fn caches_of<'a, C>(seqs: &'a [&mut Seq<C>]) -> Vec<&'a C> {
 /// one draft extend over the prompt.
 pub fn prefill<M: SpeculativeModel>(m: &mut M, seqs: &mut [&mut Seq<M::Caches>]) -> Result<()> {
     for s in seqs.iter() {
-        if s.tokens.is_empty() {
-            return Err(EngineError::Invalid(format!(
-                "request {}: empty prompt",
-                s.id
-            )));
-        }
+        has_prompt(s)?;
     }
     // A bounded pass buffer takes one prompt at a time, in chunks (prompts are long).
     let outs = match m.pass_limit() {
@@ -180,16 +175,7 @@ pub fn prefill<M: SpeculativeModel>(m: &mut M, seqs: &mut [&mut Seq<M::Caches>])
             .iter()
             .zip(captured)
             .enumerate()
-            .map(|(si, (s, cap))| {
-                let n = s.tokens.len() - 1;
-                let seg = DraftSeg {
-                    extra: Vec::new(),
-                    tokens: s.tokens[1..].to_vec(),
-                    hidden_in: cap,
-                    positions: (0..n as u32).collect(),
-                };
-                (si, seg)
-            })
+            .map(|(si, (s, cap))| (si, prompt_draft_seg(s, cap)))
             .collect();
         match m.pass_limit() {
             None => draft_extend(m, seqs, entries)?,
@@ -288,12 +274,7 @@ pub fn prefill_step<M: SpeculativeModel>(
     progress: &mut PrefillProgress,
     chunk: usize,
 ) -> Result<bool> {
-    if s.tokens.is_empty() {
-        return Err(EngineError::Invalid(format!(
-            "request {}: empty prompt",
-            s.id
-        )));
-    }
+    has_prompt(s)?;
     let limit = match m.pass_limit() {
         Some(l) => chunk.min(l),
         None => chunk,
@@ -306,16 +287,32 @@ pub fn prefill_step<M: SpeculativeModel>(
     let t = s.choose(&logits)?;
     s.tokens.push(t);
     if m.d2t().is_some() {
-        let n = s.tokens.len() - 1;
-        let seg = DraftSeg {
-            extra: Vec::new(),
-            tokens: s.tokens[1..].to_vec(),
-            hidden_in: std::mem::take(&mut progress.captured),
-            positions: (0..n as u32).collect(),
-        };
+        let seg = prompt_draft_seg(s, std::mem::take(&mut progress.captured));
         draft_extend_chunked(m, s, seg, limit)?;
     }
     Ok(true)
+}
+
+fn has_prompt<C>(s: &Seq<C>) -> Result<()> {
+    if s.tokens.is_empty() {
+        return Err(EngineError::Invalid(format!(
+            "request {}: empty prompt",
+            s.id
+        )));
+    }
+    Ok(())
+}
+
+/// The draft extend after a prefill: the prompt's captured hidden states, each with the
+/// token after it (the prompt's tokens from the second on, then the first output token).
+fn prompt_draft_seg<C>(s: &Seq<C>, captured: Vec<f32>) -> DraftSeg {
+    let n = s.tokens.len() - 1;
+    DraftSeg {
+        extra: Vec::new(),
+        tokens: s.tokens[1..].to_vec(),
+        hidden_in: captured,
+        positions: (0..n as u32).collect(),
+    }
 }
 
 /// Draft extend in one pass: per sequence `seqs[i]`, entries (captured hidden, next token,
