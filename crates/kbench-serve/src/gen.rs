@@ -207,7 +207,7 @@ impl Generation {
         let (tx, rx) = unbounded_channel();
         let (seed, stream) = match req.seed {
             Some(s) => (s, 0),
-            None => (state.default_seed, id),
+            None => (state.answering.seed, id),
         };
         let job = Job {
             id,

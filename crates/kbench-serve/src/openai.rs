@@ -202,7 +202,7 @@ async fn start(
         include_usage: opts.include_usage,
         continuous_usage: opts.continuous_usage_stats,
         first: true,
-        spec_metrics: state.per_request_spec_metrics,
+        spec_metrics: state.answering.per_request_spec_metrics,
     };
     Ok(if common.stream.unwrap_or(false) {
         stream::sse(gen, format, fault)

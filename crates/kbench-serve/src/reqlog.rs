@@ -45,7 +45,7 @@ pub async fn log_requests(
     mut request: Request,
     next: Next,
 ) -> Response {
-    if !state.log_requests {
+    if !state.answering.log_requests {
         return next.run(request).await;
     }
     let started = Instant::now();

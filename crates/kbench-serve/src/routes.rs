@@ -51,7 +51,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// With `--api-key`, every request but [`OPEN_PATHS`] must carry `Authorization: Bearer KEY`.
 async fn require_key(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    if let Some(key) = &state.api_key {
+    if let Some(key) = &state.answering.api_key {
         if !OPEN_PATHS.contains(&request.uri().path()) {
             let given = request
                 .headers()

@@ -182,7 +182,7 @@ async fn start_generate(
     let format = GenerateFormat {
         rid,
         speculative: state.model.draft_positions > 0,
-        incremental: state.incremental_streaming_output,
+        incremental: state.answering.incremental_streaming_output,
     };
     Ok(if b.stream.unwrap_or(false) {
         stream::sse(gen, format, fault)

@@ -73,7 +73,7 @@ pub struct Answering {
     /// Seeds sampling for requests that give no seed.
     pub seed: u64,
     pub per_request_spec_metrics: Option<PerRequestSpeculativeMetrics>,
-    /// `--log-requests`.
+    /// `--log-requests`: one stderr line per finished request ([`crate::reqlog`]).
     pub log_requests: bool,
     /// SGLang's `--incremental-streaming-output` (formerly `--stream-output`): each chunk of a
     /// `/generate` stream carries only its new text and ids, not the output so far.
@@ -89,17 +89,12 @@ pub struct AppState {
     pub stats: Stats,
     pub limits: Limits,
     pub faults: Faults,
-    pub api_key: Option<String>,
+    /// How requests are answered: the key, default seed, metrics, log and streaming mode.
+    pub answering: Answering,
     /// Requests admitted and not yet finished (streams not yet closed).
     pub in_flight: AtomicUsize,
     next_id: AtomicU64,
     pub started: Instant,
-    /// The sampling seed of requests that give none.
-    pub default_seed: u64,
-    pub per_request_spec_metrics: Option<PerRequestSpeculativeMetrics>,
-    /// `--log-requests`: one stderr line per finished request ([`crate::reqlog`]).
-    pub log_requests: bool,
-    pub incremental_streaming_output: bool,
     /// Bodies parsed and prompts tokenized at once ([`crate::offload`]): one per core, so a
     /// burst of huge prompts queues rather than taking every core and gigabytes at once.
     pub heavy_work: tokio::sync::Semaphore,
@@ -123,14 +118,10 @@ impl AppState {
             stats: Stats::default(),
             limits,
             faults,
-            api_key: answering.api_key,
+            answering,
             in_flight: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
             started: Instant::now(),
-            default_seed: answering.seed,
-            per_request_spec_metrics: answering.per_request_spec_metrics,
-            log_requests: answering.log_requests,
-            incremental_streaming_output: answering.incremental_streaming_output,
             heavy_work: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(1, |n| n.get()),
             ),
