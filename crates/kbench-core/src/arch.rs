@@ -487,6 +487,7 @@ pub const DRAFT_PRESETS: &[&str] = &[
     "kimi-k2.5-eagle3",
     "kimi-k2.5-eagle3-mla",
     "llama-3.1-8b-eagle3",
+    "minimax-m3-eagle3",
 ];
 
 fn kimi_k25() -> ModelArch {
@@ -629,6 +630,29 @@ impl DraftArch {
                 capture_layers: vec![1, 15, 28],
                 rms_norm_eps: 1e-5,
                 rope_theta: 500000.0,
+                mla: None,
+            }),
+            // Inferact/MiniMax-M3-EAGLE3, the head InferenceX's MiniMax-M3 EAGLE-3 arms ran.
+            // Its config.json is not in the index; each field has another source
+            // (docs/research/models.md, "MiniMax-M3 EAGLE-3 draft"): a LlamaForCausalLMEagle3
+            // layer with hidden 6144, 64 heads, MLP 18432 and the full 200064 vocabulary, read
+            // from two work logs of people who loaded it; MHA (64 KV heads) from InferenceX's
+            // recipe, which pins it to FLASH_ATTN because it is not GQA. head_dim 128 is
+            // arithmetic: the GQA twin, identical but for 4 KV heads, is 6,149,993,396 bytes,
+            // exactly these shapes in BF16 plus a 9 KB header; head_dim 96 would be 81 MB less.
+            "minimax-m3-eagle3" => Ok(DraftArch {
+                name: name.into(),
+                hidden_size: 6144,
+                num_heads: 64,
+                num_kv_heads: 64,
+                head_dim: 128,
+                intermediate_size: 18432,
+                draft_vocab_size: 200064,
+                target_vocab_size: 200064,
+                // vLLM's default for a 60-layer target, (2, N/2, N-3)
+                capture_layers: vec![2, 30, 57],
+                rms_norm_eps: 1e-6,
+                rope_theta: 5_000_000.0,
                 mla: None,
             }),
             other => Err(ArchError::UnknownDraftPreset {

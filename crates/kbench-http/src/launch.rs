@@ -95,6 +95,7 @@ pub(crate) fn hub_id(preset: &str) -> Option<&'static str> {
         "kimi-k2.5-eagle3-mla" => Some("lightseekorg/kimi-k2.5-eagle3-mla"),
         "deepseek-v3" => Some("deepseek-ai/DeepSeek-V3"),
         "minimax-m3" => Some("MiniMaxAI/MiniMax-M3-MXFP8"),
+        "minimax-m3-eagle3" => Some("Inferact/MiniMax-M3-EAGLE3"),
         "llama-3.1-8b" => Some("meta-llama/Llama-3.1-8B-Instruct"),
         "llama-3.1-8b-eagle3" => Some("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
         _ => None,

@@ -70,6 +70,9 @@ pub struct FidelityReport {
     pub engine_profiles: BTreeMap<String, ProfileUse>,
     /// role -> metric -> errors.
     pub summary: BTreeMap<String, BTreeMap<String, ErrorStats>>,
+    /// source -> metric -> errors of its `check` points alone: one model's miss on one box
+    /// is not spread over the others' summary.
+    pub check_by_source: BTreeMap<String, BTreeMap<String, ErrorStats>>,
 }
 
 /// Runs every case of every corpus file.
@@ -114,12 +117,16 @@ pub fn run_corpus(corpora: &[LoadedCorpus]) -> FidelityReport {
             }
         }
     }
-    let summary = summarize(&points);
+    let summary = summarize(&points, |p| Some(p.role.name().to_string()));
+    let check_by_source = summarize(&points, |p| {
+        (p.role == Role::Check).then(|| p.source.clone())
+    });
     FidelityReport {
         points,
         failed,
         engine_profiles,
         summary,
+        check_by_source,
     }
 }
 
@@ -301,13 +308,17 @@ fn divide_speedups(
     Ok(())
 }
 
-fn summarize(points: &[PointResult]) -> BTreeMap<String, BTreeMap<String, ErrorStats>> {
+/// Error statistics per group (the key `group_of` gives a point; `None` leaves it out) and
+/// metric.
+fn summarize(
+    points: &[PointResult],
+    group_of: impl Fn(&PointResult) -> Option<String>,
+) -> BTreeMap<String, BTreeMap<String, ErrorStats>> {
     let mut groups: BTreeMap<(String, String), Vec<&PointResult>> = BTreeMap::new();
     for p in points.iter().filter(|p| p.error_pct.is_finite()) {
-        groups
-            .entry((p.role.name().to_string(), p.metric.clone()))
-            .or_default()
-            .push(p);
+        if let Some(key) = group_of(p) {
+            groups.entry((key, p.metric.clone())).or_default().push(p);
+        }
     }
     let mut summary: BTreeMap<String, BTreeMap<String, ErrorStats>> = BTreeMap::new();
     for ((role, metric), group) in groups {

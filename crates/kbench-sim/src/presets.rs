@@ -71,6 +71,11 @@ const ENGINE_PRESETS: &[(&str, &str, &str)] = &[
         "experiments/engines/vllm-8x-h200.toml",
         include_str!("../../../experiments/engines/vllm-8x-h200.toml"),
     ),
+    (
+        "vllm-minimax-m3-h200",
+        "experiments/engines/vllm-minimax-m3-h200.toml",
+        include_str!("../../../experiments/engines/vllm-minimax-m3-h200.toml"),
+    ),
 ];
 
 pub fn engine_preset_names() -> Vec<&'static str> {

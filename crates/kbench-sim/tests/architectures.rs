@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use kbench_core::arch::{ArchError, ModelArch};
+use kbench_core::arch::{ArchError, DraftArch, ModelArch};
 use kbench_core::experiment::load_experiment;
 use kbench_sim::memory::weight_footprint;
 use kbench_sim::SimBackend;
@@ -24,6 +24,39 @@ fn minimax_m3_weights_match_the_released_checkpoint() {
     let f = weight_footprint(&m, None, 8);
     let total_gb = f.total_bytes / 1e9;
     assert!(total_gb > 400.0 && total_gb < 444.0, "{total_gb:.1} GB");
+}
+
+/// What a MiniMax-M3 EAGLE-3 head's checkpoint holds beyond what serving loads: its own copy
+/// of the embedding, which vLLM replaces with the target's, and the three per-capture
+/// RMSNorms before the fc.
+fn m3_head_checkpoint_bytes(draft: &DraftArch) -> f64 {
+    let m = ModelArch::preset("minimax-m3").unwrap();
+    let served = weight_footprint(&m, Some(draft), 1).total_bytes
+        - weight_footprint(&m, None, 1).total_bytes;
+    let h = draft.hidden_size as f64;
+    served + draft.target_vocab_size as f64 * h * 2.0 + 3.0 * h * 2.0
+}
+
+#[test]
+fn minimax_m3_eagle3_shapes_match_the_published_checkpoints() {
+    let mha = DraftArch::preset("minimax-m3-eagle3").unwrap();
+    // Inferact/MiniMax-M3-EAGLE3-GQA@96692486: 6,149,993,396 bytes in one safetensors file,
+    // the same config but 4 KV heads; a file's JSON header is a few KB
+    let gqa = DraftArch {
+        num_kv_heads: 4,
+        ..mha.clone()
+    };
+    let header = 6_149_993_396.0 - m3_head_checkpoint_bytes(&gqa);
+    assert!((0.0..16_384.0).contains(&header), "header {header} bytes");
+    // head_dim 96 (hidden / heads) would miss it by tens of MB
+    let narrow = DraftArch {
+        head_dim: 96,
+        ..gqa
+    };
+    assert!(6_149_993_396.0 - m3_head_checkpoint_bytes(&narrow) > 50e6);
+    // and the MHA head is the "6.5 GB bf16" its users report
+    let gb = m3_head_checkpoint_bytes(&mha) / 1e9;
+    assert!((6.45..6.55).contains(&gb), "{gb:.3} GB");
 }
 
 #[test]

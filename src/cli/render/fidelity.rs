@@ -108,6 +108,25 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
         writeln!(out, "     {w}")?;
     }
     writeln!(out)?;
+    writeln!(out, "== check points by source: absolute % error")?;
+    let mut rows = vec![["source", "metric", "n", "median", "P90", "max"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()];
+    for (source, metrics) in &r.check_by_source {
+        for (metric, s) in metrics {
+            rows.push(vec![
+                source.clone(),
+                metric.clone(),
+                s.n.to_string(),
+                format!("{:.1}%", s.median_abs_pct),
+                format!("{:.1}%", s.p90_abs_pct),
+                format!("{:.1}%", s.max_abs_pct),
+            ]);
+        }
+    }
+    write_rows(out, &rows)?;
+    writeln!(out)?;
     writeln!(out, "== engine profiles")?;
     for (name, u) in &r.engine_profiles {
         match (&u.fitted_to[..], &u.held_out) {
