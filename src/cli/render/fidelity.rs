@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use kbench_sim::fidelity::FidelityReport;
+use kbench_sim::fidelity::{ErrorStats, FidelityReport};
 
 use super::table::{wrap, write_grouped_rows, write_rows};
 
@@ -91,15 +91,10 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
                     }
                 })
                 .unwrap_or_else(|| "-".into());
-            rows.push(vec![
-                role.clone(),
-                metric.clone(),
-                s.n.to_string(),
-                format!("{:.1}%", s.median_abs_pct),
-                format!("{:.1}%", s.p90_abs_pct),
-                format!("{:.1}%", s.max_abs_pct),
-                target,
-            ]);
+            let mut row = vec![role.clone(), metric.clone()];
+            row.extend(stat_cells(s));
+            row.push(target);
+            rows.push(row);
         }
     }
     write_rows(out, &rows)?;
@@ -115,14 +110,9 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
         .collect::<Vec<_>>()];
     for (source, metrics) in &r.check_by_source {
         for (metric, s) in metrics {
-            rows.push(vec![
-                source.clone(),
-                metric.clone(),
-                s.n.to_string(),
-                format!("{:.1}%", s.median_abs_pct),
-                format!("{:.1}%", s.p90_abs_pct),
-                format!("{:.1}%", s.max_abs_pct),
-            ]);
+            let mut row = vec![source.clone(), metric.clone()];
+            row.extend(stat_cells(s));
+            rows.push(row);
         }
     }
     write_rows(out, &rows)?;
@@ -145,4 +135,14 @@ pub fn write_fidelity(out: &mut dyn Write, r: &FidelityReport) -> io::Result<()>
         }
     }
     Ok(())
+}
+
+/// A summary row's count and its median, P90 and largest absolute error.
+fn stat_cells(s: &ErrorStats) -> [String; 4] {
+    [
+        s.n.to_string(),
+        format!("{:.1}%", s.median_abs_pct),
+        format!("{:.1}%", s.p90_abs_pct),
+        format!("{:.1}%", s.max_abs_pct),
+    ]
 }
