@@ -152,6 +152,20 @@ pub enum KvReads {
     PerQueryToken,
 }
 
+/// Which kernel prices MLA prefill attention (the causal attention over a prompt's own
+/// tokens, and a chunk's over what it had cached).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MlaPrefillKernel {
+    /// The op tables' `mla_context` kernel, as measured.
+    #[default]
+    Table,
+    /// A kernel the op tables did not measure, priced by its FLOPs and bytes at the GPU's
+    /// BF16 rate and the hardware profile's efficiencies: vLLM's FLASH_ATTN MLA prefill on
+    /// SM120, where the tables hold SGLang's Triton kernel (about ten times slower).
+    Roofline,
+}
+
 /// Where the tensor-parallel all-reduce's time comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -238,6 +252,9 @@ pub struct AttentionSection {
     /// How an fp8 KV cache is priced against the bf16 tables.
     #[serde(default)]
     pub fp8_kv: Fp8Kv,
+    /// Which kernel prices MLA prefill attention.
+    #[serde(default)]
+    pub mla_prefill: MlaPrefillKernel,
     /// The backend code the two values were read from.
     #[serde(rename = "ref")]
     pub reference: String,
@@ -249,6 +266,7 @@ impl Default for AttentionSection {
             mla_kv_reads: KvReads::PerRequest,
             mha_kv_reads: KvReads::PerRequest,
             fp8_kv: Fp8Kv::HalfBytes,
+            mla_prefill: MlaPrefillKernel::Table,
             reference:
                 "one causal query block per request (docs/cost-model.md, \"Verify attention\")"
                     .into(),

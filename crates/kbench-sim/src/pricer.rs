@@ -121,6 +121,14 @@ fn rate(p: &HardwareProfile, math: Math) -> Result<f64, SimError> {
 }
 
 /// `max(bytes / BW, flops / F, floor)` on `p`'s GPU at `tflops`, microseconds.
+/// Causal attention of `reqs` prompts of `isl` tokens: bytes of Q, K, V and O in BF16, and
+/// the FLOPs of QK^T and PV over the lower triangle.
+fn mla_prefill_work(heads: u32, reqs: u32, isl: f64, head_dim: u32) -> (f64, f64) {
+    let flops = 2.0 * 2.0 * reqs as f64 * heads as f64 * isl * isl * 0.5 * head_dim as f64;
+    let bytes = reqs as f64 * isl * heads as f64 * head_dim as f64 * 2.0 * 4.0;
+    (bytes, flops)
+}
+
 fn roofline_on(p: &HardwareProfile, bytes: f64, flops: f64, tflops: f64) -> f64 {
     let mem = bytes / (p.gpu.mem_bandwidth_gbs.value * 1e3 * p.efficiency.mem_bw.value);
     let math = flops / (tflops * 1e6 * p.efficiency.flops.value);
@@ -340,8 +348,7 @@ impl Pricer<'_> {
         head_dim: u32,
         why: &str,
     ) -> Result<(f64, Source), SimError> {
-        let flops = 2.0 * 2.0 * reqs as f64 * heads as f64 * isl * isl * 0.5 * head_dim as f64;
-        let bytes = reqs as f64 * isl * heads as f64 * head_dim as f64 * 2.0 * 4.0;
+        let (bytes, flops) = mla_prefill_work(heads, reqs, isl, head_dim);
         if let Some(t) = self.table("mla_ctx/bf16") {
             let ms = t.lookup(
                 "mla_ctx/bf16",
@@ -354,6 +361,13 @@ impl Pricer<'_> {
             self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value),
             Source::Roofline,
         ))
+    }
+
+    /// MLA prefill attention by a kernel the op tables did not measure: its causal FLOPs
+    /// and its Q/K/V/O bytes at the GPU's BF16 rate.
+    pub fn mla_prefill_roofline(&self, heads: u32, reqs: u32, isl: f64, head_dim: u32) -> f64 {
+        let (bytes, flops) = mla_prefill_work(heads, reqs, isl, head_dim);
+        self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value)
     }
 
     /// The absorbed MLA batched matmuls (q_nope x W_kc before, attn x W_vc after).

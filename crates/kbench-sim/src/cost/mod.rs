@@ -13,7 +13,7 @@ use kbench_core::arch::{ArchFamily, DraftArch, ModelArch};
 use kbench_core::experiment::SpeculativeConfig;
 use serde::Serialize;
 
-use crate::engine_profile::EngineProfile;
+use crate::engine_profile::{EngineProfile, MlaPrefillKernel};
 use crate::error::SimError;
 use crate::optable::OpTables;
 use crate::pricer::{Pricer, Source};
@@ -709,24 +709,49 @@ impl CostModel {
         let mut us = match (&m.family, &m.mla) {
             (ArchFamily::MlaMoe, Some(mla)) => {
                 let qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
-                p.mla_prefill(heads, 1, isl, qk, &why)?.0
+                self.mla_prefill_attention(&p, heads, 1, isl, qk, &why)?.0
             }
             _ => {
                 let kv = (m.num_kv_heads / tp).max(1);
-                p.mha_prefill(heads, kv, m.head_dim, 1, isl, &why)?.0
+                self.attention_kernel(p.mha_prefill(heads, kv, m.head_dim, 1, isl, &why)?)
+                    .0
             }
         } * m.num_layers as f64;
         if let (true, Some(d)) = (with_draft, &self.draft) {
             let heads = d.num_heads / tp.min(d.num_heads).max(1);
             let kv = (d.num_kv_heads / tp).max(1);
-            us += p.mha_prefill(heads, kv, d.head_dim, 1, isl, &why)?.0;
+            us += self
+                .attention_kernel(p.mha_prefill(heads, kv, d.head_dim, 1, isl, &why)?)
+                .0;
         }
-        Ok(us * self.engine.kernels.attention_scale.value * self.profile.efficiency.in_model.value)
+        Ok(us * self.profile.efficiency.in_model.value)
     }
 
     /// An attention kernel's op-table time as the engine's own kernel takes it.
     fn attention_kernel(&self, (us, source): (f64, Source)) -> (f64, Source) {
         (us * self.engine.kernels.attention_scale.value, source)
+    }
+
+    /// MLA prefill attention by the kernel the engine profile names: the op table's
+    /// (scaled as the engine's attention kernels are), or another kernel's roofline.
+    fn mla_prefill_attention(
+        &self,
+        p: &Pricer<'_>,
+        heads: u32,
+        reqs: u32,
+        isl: f64,
+        qk: u32,
+        why: &str,
+    ) -> Result<(f64, Source), SimError> {
+        Ok(match self.engine.attention.mla_prefill {
+            MlaPrefillKernel::Table => {
+                self.attention_kernel(p.mla_prefill(heads, reqs, isl, qk, why)?)
+            }
+            MlaPrefillKernel::Roofline => (
+                p.mla_prefill_roofline(heads, reqs, isl, qk),
+                Source::Roofline,
+            ),
+        })
     }
 
     /// An all-reduce's op-table (NCCL) time as the engine's own all-reduce takes it.

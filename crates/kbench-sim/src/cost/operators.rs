@@ -348,7 +348,7 @@ impl CostModel {
                         p.gemm_with(t, kvb_n, mla.kv_lora_rank, w, why)?,
                         1,
                     );
-                    let attn = self.attention_kernel(p.mla_prefill(heads, requests, isl, qk, why)?);
+                    let attn = self.mla_prefill_attention(&p, heads, requests, isl, qk, why)?;
                     acc.add("attention", layers, attn, 1);
                 } else {
                     acc.add(
