@@ -120,15 +120,16 @@ fn rate(p: &HardwareProfile, math: Math) -> Result<f64, SimError> {
     })
 }
 
-/// `max(bytes / BW, flops / F, floor)` on `p`'s GPU at `tflops`, microseconds.
 /// Causal attention of `reqs` prompts of `isl` tokens: bytes of Q, K, V and O in BF16, and
-/// the FLOPs of QK^T and PV over the lower triangle.
+/// the FLOPs of QK^T and PV over the lower triangle, both at `head_dim` (FlashAttention-2
+/// takes MLA's V padded to the QK head dim).
 fn mla_prefill_work(heads: u32, reqs: u32, isl: f64, head_dim: u32) -> (f64, f64) {
     let flops = 2.0 * 2.0 * reqs as f64 * heads as f64 * isl * isl * 0.5 * head_dim as f64;
     let bytes = reqs as f64 * isl * heads as f64 * head_dim as f64 * 2.0 * 4.0;
     (bytes, flops)
 }
 
+/// `max(bytes / BW, flops / F, floor)` on `p`'s GPU at `tflops`, microseconds.
 fn roofline_on(p: &HardwareProfile, bytes: f64, flops: f64, tflops: f64) -> f64 {
     let mem = bytes / (p.gpu.mem_bandwidth_gbs.value * 1e3 * p.efficiency.mem_bw.value);
     let math = flops / (tflops * 1e6 * p.efficiency.flops.value);
