@@ -6,6 +6,7 @@ use std::path::Path;
 
 use kbench_core::arch::{DraftArch, ModelArch};
 use kbench_core::experiment::load_experiment;
+use kbench_sim::cost::PrefillPart;
 use kbench_sim::presets::{engine_preset, load_tables, preset, tables_measured_on};
 use kbench_sim::{acceptance_for, CostModel, PassKind, SimBackend};
 
@@ -222,6 +223,36 @@ fn vllm_prefills_mla_on_sm120_by_its_own_kernels_flops() {
     assert!(
         sglang > 8.0 * vllm,
         "SGLang {sglang:.0} us, vLLM {vllm:.0} us"
+    );
+}
+
+#[test]
+fn an_mla_drafts_chunk_attends_to_its_cache_as_an_mla_layer() {
+    // A chunk's attention over what its request had cached, with the MLA draft's prefill:
+    // the draft's one MLA layer, priced as the target's 61, adds 1/61 of the target's part
+    let profile = preset("8x-rtx-pro-6000-server").unwrap();
+    let c = CostModel::new(
+        profile.clone(),
+        engine_preset("vllm-8x-rtx-pro-6000-server").unwrap(),
+        load_tables(&profile).unwrap(),
+        ModelArch::preset("kimi-k2.5").unwrap(),
+        Some(DraftArch::preset("kimi-k2.5-eagle3-mla").unwrap()),
+        8,
+        512,
+    )
+    .unwrap();
+    let part = PrefillPart {
+        new_tokens: 8192,
+        cached: 8192,
+    };
+    let cross = |with_draft: bool| {
+        c.prefill_parts_ns(&[part], with_draft).unwrap() as f64
+            - c.prefill_ns(1, 8192, with_draft).unwrap() as f64
+    };
+    let ratio = cross(true) / cross(false);
+    assert!(
+        (ratio - 62.0 / 61.0).abs() < 1e-3,
+        "with the draft / without: {ratio}"
     );
 }
 

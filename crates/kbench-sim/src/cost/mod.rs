@@ -719,10 +719,18 @@ impl CostModel {
         } * m.num_layers as f64;
         if let (true, Some(d)) = (with_draft, &self.draft) {
             let heads = d.num_heads / tp.min(d.num_heads).max(1);
-            let kv = (d.num_kv_heads / tp).max(1);
-            us += self
-                .attention_kernel(p.mha_prefill(heads, kv, d.head_dim, 1, isl, &why)?)
-                .0;
+            us += match &d.mla {
+                // an MLA draft prefills as the target's MLA does (its draft pass prices it so)
+                Some(mla) => {
+                    let qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+                    self.mla_prefill_attention(&p, heads, 1, isl, qk, &why)?.0
+                }
+                None => {
+                    let kv = (d.num_kv_heads / tp).max(1);
+                    self.attention_kernel(p.mha_prefill(heads, kv, d.head_dim, 1, isl, &why)?)
+                        .0
+                }
+            };
         }
         Ok(us * self.profile.efficiency.in_model.value)
     }
