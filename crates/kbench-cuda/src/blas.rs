@@ -433,16 +433,7 @@ mod tests {
     fn bad_arguments_are_typed_errors() {
         let ok = |r: Result<Option<Gemm>>| r.map(|g| g.is_some());
         // a valid linear; each bad case changes what its comment says
-        let base = LinearArgs {
-            x: Operand::matrix(0x10, 8),
-            w: Operand::matrix(0x20, 8),
-            y: Operand::matrix(0x30, 8),
-            y_f32: false,
-            m: 2,
-            n: 8,
-            k: 8,
-            batch: 1,
-        };
+        let base = LinearArgs::dense(0x10, 0x20, 0x30, 2, 8, 8);
         assert!(ok(plan(base)).unwrap());
         // nothing to do
         let null = Operand::matrix(0, 0);

@@ -63,6 +63,21 @@ pub struct LinearArgs {
 }
 
 impl LinearArgs {
+    /// One unbatched linear over packed rows (row strides k, k and n), bf16 out: what most of
+    /// a model's projections are. Set `y_f32` on the result for an f32 output.
+    pub fn dense(x: u64, w: u64, y: u64, m: usize, n: usize, k: usize) -> Self {
+        LinearArgs {
+            x: Operand::matrix(x, k),
+            w: Operand::matrix(w, k),
+            y: Operand::matrix(y, n),
+            y_f32: false,
+            m,
+            n,
+            k,
+            batch: 1,
+        }
+    }
+
     /// Nothing to compute: no rows, no output features or no batch entries.
     pub fn is_empty(&self) -> bool {
         self.m == 0 || self.n == 0 || self.batch == 0

@@ -149,18 +149,7 @@ pub fn cublas_bf16_tflops(dev: &CudaDevice, n: usize) -> Result<f64> {
     let a = rand_bf16(dev, &mut rng, n * n, 1.0)?;
     let b = rand_bf16(dev, &mut rng, n * n, 1.0)?;
     let c = dev.alloc::<u16>(n * n)?;
-    let run = || {
-        blas.bf16_linear(LinearArgs {
-            x: Operand::matrix(a.ptr(), n),
-            w: Operand::matrix(b.ptr(), n),
-            y: Operand::matrix(c.ptr(), n),
-            y_f32: false,
-            m: n,
-            n,
-            k: n,
-            batch: 1,
-        })
-    };
+    let run = || blas.bf16_linear(LinearArgs::dense(a.ptr(), b.ptr(), c.ptr(), n, n, n));
     for _ in 0..3 {
         run()?;
     }
@@ -257,16 +246,7 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
                     i = (i + 1) % w.len();
                     ops::bf16_matmul(
                         dref,
-                        LinearArgs {
-                            x: Operand::matrix(x.ptr(), k),
-                            w: Operand::matrix(w[i].ptr(), k),
-                            y: Operand::matrix(y.ptr(), n),
-                            y_f32: false,
-                            m,
-                            n,
-                            k,
-                            batch: 1,
-                        },
+                        LinearArgs::dense(x.ptr(), w[i].ptr(), y.ptr(), m, n, k),
                         Some((ws.ptr(), ws.len())),
                     )
                 }),
@@ -283,16 +263,7 @@ pub fn kernel_cases<'a>(dev: &'a CudaDevice, quick: bool) -> Result<Vec<Case<'a>
                 ref_name: "torch bf16 linear",
                 run: Box::new(move || {
                     i = (i + 1) % w.len();
-                    blas.bf16_linear(LinearArgs {
-                        x: Operand::matrix(x.ptr(), k),
-                        w: Operand::matrix(w[i].ptr(), k),
-                        y: Operand::matrix(y.ptr(), n),
-                        y_f32: false,
-                        m,
-                        n,
-                        k,
-                        batch: 1,
-                    })
+                    blas.bf16_linear(LinearArgs::dense(x.ptr(), w[i].ptr(), y.ptr(), m, n, k))
                 }),
             });
         }
@@ -718,16 +689,7 @@ pub fn layer_stack(
                     )?;
                     lin.run(
                         dev,
-                        LinearArgs {
-                            x: Operand::matrix(xn.ptr(), HID),
-                            w: Operand::matrix(l.q_a.ptr(), HID),
-                            y: Operand::matrix(qa.ptr(), QLR),
-                            y_f32: false,
-                            m: t,
-                            n: QLR,
-                            k: HID,
-                            batch: 1,
-                        },
+                        LinearArgs::dense(xn.ptr(), l.q_a.ptr(), qa.ptr(), t, QLR, HID),
                     )?;
                     ops::rmsnorm(
                         dev,
@@ -745,29 +707,11 @@ pub fn layer_stack(
                     )?;
                     lin.run(
                         dev,
-                        LinearArgs {
-                            x: Operand::matrix(qa.ptr(), QLR),
-                            w: Operand::matrix(l.q_b.ptr(), QLR),
-                            y: Operand::matrix(q.ptr(), NH * QK),
-                            y_f32: false,
-                            m: t,
-                            n: NH * QK,
-                            k: QLR,
-                            batch: 1,
-                        },
+                        LinearArgs::dense(qa.ptr(), l.q_b.ptr(), q.ptr(), t, NH * QK, QLR),
                     )?;
                     lin.run(
                         dev,
-                        LinearArgs {
-                            x: Operand::matrix(xn.ptr(), HID),
-                            w: Operand::matrix(l.kv_a.ptr(), HID),
-                            y: Operand::matrix(kv.ptr(), D576),
-                            y_f32: false,
-                            m: t,
-                            n: D576,
-                            k: HID,
-                            batch: 1,
-                        },
+                        LinearArgs::dense(xn.ptr(), l.kv_a.ptr(), kv.ptr(), t, D576, HID),
                     )?;
                     ops::rmsnorm(
                         dev,
@@ -865,16 +809,7 @@ pub fn layer_stack(
                     )?;
                     lin.run(
                         dev,
-                        LinearArgs {
-                            x: Operand::matrix(av.ptr(), NH * VH),
-                            w: Operand::matrix(l.o_proj.ptr(), NH * VH),
-                            y: Operand::matrix(o.ptr(), HID),
-                            y_f32: false,
-                            m: t,
-                            n: HID,
-                            k: NH * VH,
-                            batch: 1,
-                        },
+                        LinearArgs::dense(av.ptr(), l.o_proj.ptr(), o.ptr(), t, HID, NH * VH),
                     )?;
                     ops::rmsnorm(
                         dev,
@@ -893,44 +828,27 @@ pub fn layer_stack(
                     ops::bf16_matmul(
                         dev,
                         LinearArgs {
-                            x: Operand::matrix(xn.ptr(), HID),
-                            w: Operand::matrix(l.router.ptr(), HID),
-                            y: Operand::matrix(logits.ptr(), c.n_experts),
                             y_f32: true,
-                            m: t,
-                            n: c.n_experts,
-                            k: HID,
-                            batch: 1,
+                            ..LinearArgs::dense(
+                                xn.ptr(),
+                                l.router.ptr(),
+                                logits.ptr(),
+                                t,
+                                c.n_experts,
+                                HID,
+                            )
                         },
                         wso,
                     )?;
                     ops::moe_route(dev, &c, logits.ptr(), l.moe.bias.ptr(), t, &sc)?;
                     lin.run(
                         dev,
-                        LinearArgs {
-                            x: Operand::matrix(xn.ptr(), HID),
-                            w: Operand::matrix(l.sh_gu.ptr(), HID),
-                            y: Operand::matrix(shgu.ptr(), 2 * SHI),
-                            y_f32: false,
-                            m: t,
-                            n: 2 * SHI,
-                            k: HID,
-                            batch: 1,
-                        },
+                        LinearArgs::dense(xn.ptr(), l.sh_gu.ptr(), shgu.ptr(), t, 2 * SHI, HID),
                     )?;
                     ops::swiglu(dev, shgu.ptr(), 2 * SHI, shact.ptr(), SHI, t, SHI)?;
                     lin.run(
                         dev,
-                        LinearArgs {
-                            x: Operand::matrix(shact.ptr(), SHI),
-                            w: Operand::matrix(l.sh_down.ptr(), SHI),
-                            y: Operand::matrix(shout.ptr(), HID),
-                            y_f32: false,
-                            m: t,
-                            n: HID,
-                            k: SHI,
-                            batch: 1,
-                        },
+                        LinearArgs::dense(shact.ptr(), l.sh_down.ptr(), shout.ptr(), t, HID, SHI),
                     )?;
                     ops::moe_experts(
                         dev,

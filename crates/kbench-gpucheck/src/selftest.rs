@@ -129,41 +129,31 @@ fn t_int4_matmul(dev: &CudaDevice, rng: &mut Rand) -> TResult {
         } else {
             None
         };
-        let y: Vec<f32> = if f32o {
-            let dy = dev.alloc_poison::<f32>(m * n).map_err(e)?;
+        // the one linear, its output f32 or bf16
+        let matmul = |y: u64, y_f32: bool| {
             ops::int4_matmul(
                 dev,
                 dx.ptr(),
                 k,
                 dw.ptr(),
                 ds.ptr(),
-                dy.ptr(),
+                y,
                 n,
-                true,
+                y_f32,
                 m,
                 n,
                 k,
                 wsopt,
             )
-            .map_err(e)?;
+            .map_err(e)
+        };
+        let y: Vec<f32> = if f32o {
+            let dy = dev.alloc_poison::<f32>(m * n).map_err(e)?;
+            matmul(dy.ptr(), true)?;
             dev.download(&dy).map_err(e)?
         } else {
             let dy = dev.alloc_poison::<u16>(m * n).map_err(e)?;
-            ops::int4_matmul(
-                dev,
-                dx.ptr(),
-                k,
-                dw.ptr(),
-                ds.ptr(),
-                dy.ptr(),
-                n,
-                false,
-                m,
-                n,
-                k,
-                wsopt,
-            )
-            .map_err(e)?;
+            matmul(dy.ptr(), false)?;
             bf16::vec_to(&dev.download(&dy).map_err(e)?)
         };
         let tol = if f32o { 1e-4 } else { 8e-3 };
@@ -207,41 +197,27 @@ fn t_bf16_matmul(dev: &CudaDevice, rng: &mut Rand) -> TResult {
                     .copy_from_slice(&yz[i * n..(i + 1) * n]);
             }
         }
+        // the one linear, its output f32 or bf16
+        let matmul = |y: u64, y_f32: bool| {
+            let args = LinearArgs {
+                x: Operand::batched(dx.ptr(), batch * k, k),
+                w: Operand::batched(dw.ptr(), k, n * k),
+                y: Operand::batched(y, batch * n, n),
+                y_f32,
+                m,
+                n,
+                k,
+                batch,
+            };
+            ops::bf16_matmul(dev, args, wsopt).map_err(e)
+        };
         let y: Vec<f32> = if f32o {
             let dy = dev.alloc_poison::<f32>(m * batch * n).map_err(e)?;
-            ops::bf16_matmul(
-                dev,
-                LinearArgs {
-                    x: Operand::batched(dx.ptr(), batch * k, k),
-                    w: Operand::batched(dw.ptr(), k, n * k),
-                    y: Operand::batched(dy.ptr(), batch * n, n),
-                    y_f32: true,
-                    m,
-                    n,
-                    k,
-                    batch,
-                },
-                wsopt,
-            )
-            .map_err(e)?;
+            matmul(dy.ptr(), true)?;
             dev.download(&dy).map_err(e)?
         } else {
             let dy = dev.alloc_poison::<u16>(m * batch * n).map_err(e)?;
-            ops::bf16_matmul(
-                dev,
-                LinearArgs {
-                    x: Operand::batched(dx.ptr(), batch * k, k),
-                    w: Operand::batched(dw.ptr(), k, n * k),
-                    y: Operand::batched(dy.ptr(), batch * n, n),
-                    y_f32: false,
-                    m,
-                    n,
-                    k,
-                    batch,
-                },
-                wsopt,
-            )
-            .map_err(e)?;
+            matmul(dy.ptr(), false)?;
             bf16::vec_to(&dev.download(&dy).map_err(e)?)
         };
         let tol = if f32o { 1e-4 } else { 8e-3 };
