@@ -30,6 +30,21 @@ fn cost(hardware: &str, model: &str, tp: u32) -> CostModel {
     }
 }
 
+/// Kimi-K2.5 at TP 8 on the RTX PRO 6000 box under `engine`, with the `draft` preset if any.
+fn rtx_kimi(engine: &str, draft: Option<&str>) -> CostModel {
+    let profile = preset("8x-rtx-pro-6000-server").unwrap();
+    CostModel::new(
+        profile.clone(),
+        engine_preset(engine).unwrap(),
+        load_tables(&profile).unwrap(),
+        ModelArch::preset("kimi-k2.5").unwrap(),
+        draft.map(|d| DraftArch::preset(d).unwrap()),
+        8,
+        512,
+    )
+    .unwrap()
+}
+
 fn gpu_us(c: &CostModel, kind: PassKind, tokens: u32, reqs: u32, ctx: f64, op: &str) -> f64 {
     c.explain_pass(kind, tokens, reqs, ctx).unwrap().gpu_us[op]
 }
@@ -161,19 +176,7 @@ fn verify_attention_reads_each_requests_cache_once() {
 #[test]
 fn triton_mla_rereads_the_cache_per_query_token() {
     // vLLM's TRITON_MLA (the RTX PRO 6000 profile) flattens a verify block into decode rows
-    let e = |engine: &str| {
-        let profile = preset("8x-rtx-pro-6000-server").unwrap();
-        CostModel::new(
-            profile.clone(),
-            engine_preset(engine).unwrap(),
-            load_tables(&profile).unwrap(),
-            ModelArch::preset("kimi-k2.5").unwrap(),
-            Some(DraftArch::preset("kimi-k2.5-eagle3").unwrap()),
-            8,
-            512,
-        )
-        .unwrap()
-    };
+    let e = |engine: &str| rtx_kimi(engine, Some("kimi-k2.5-eagle3"));
     let at = |c: &CostModel| gpu_us(c, PassKind::TargetVerify, 128, 32, 8000.0, "attention");
     let ratio = at(&e("vllm-8x-rtx-pro-6000-server")) / at(&e("sglang"));
     assert!(
@@ -187,24 +190,12 @@ fn vllm_prefills_mla_on_sm120_by_its_own_kernels_flops() {
     // The RTX PRO 6000 tables hold SGLang's Triton prefill kernel; vLLM's FlashAttention MLA
     // prefill is priced by its causal FLOPs at the GPU's BF16 rate and flops efficiency.
     let profile = preset("8x-rtx-pro-6000-server").unwrap();
-    let e = |engine: &str| {
-        CostModel::new(
-            profile.clone(),
-            engine_preset(engine).unwrap(),
-            load_tables(&profile).unwrap(),
-            ModelArch::preset("kimi-k2.5").unwrap(),
-            None,
-            8,
-            512,
-        )
-        .unwrap()
-    };
     let (tokens, heads, qk, layers) = (8192.0_f64, 64.0 / 8.0, 192.0, 61.0);
     let flops = 2.0 * heads * tokens * tokens * qk * layers;
     let rate_us = profile.gpu.bf16_tflops.value * 1e6 * profile.efficiency.flops.value;
     let attention = |engine: &str| {
         gpu_us(
-            &e(engine),
+            &rtx_kimi(engine, None),
             PassKind::TargetPrefill,
             8192,
             1,
@@ -230,17 +221,7 @@ fn vllm_prefills_mla_on_sm120_by_its_own_kernels_flops() {
 fn an_mla_drafts_chunk_attends_to_its_cache_as_an_mla_layer() {
     // A chunk's attention over what its request had cached, with the MLA draft's prefill:
     // the draft's one MLA layer, priced as the target's 61, adds 1/61 of the target's part
-    let profile = preset("8x-rtx-pro-6000-server").unwrap();
-    let c = CostModel::new(
-        profile.clone(),
-        engine_preset("vllm-8x-rtx-pro-6000-server").unwrap(),
-        load_tables(&profile).unwrap(),
-        ModelArch::preset("kimi-k2.5").unwrap(),
-        Some(DraftArch::preset("kimi-k2.5-eagle3-mla").unwrap()),
-        8,
-        512,
-    )
-    .unwrap();
+    let c = rtx_kimi("vllm-8x-rtx-pro-6000-server", Some("kimi-k2.5-eagle3-mla"));
     let part = PrefillPart {
         new_tokens: 8192,
         cached: 8192,
