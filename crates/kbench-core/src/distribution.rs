@@ -72,13 +72,18 @@ impl Distribution {
         }
     }
 
-    #[inline]
+    // always inlined: a level pushes every output token's gap, and a fit's means-only
+    // evaluations do nothing else per token
+    #[inline(always)]
     pub fn push(&mut self, value: f64) {
         self.count += 1;
         self.sum += value;
-        if self.means_only {
-            return;
+        if !self.means_only {
+            self.keep(value);
         }
+    }
+
+    fn keep(&mut self, value: f64) {
         match &mut self.sketch {
             Some(h) => h.add(value),
             None if self.exact.len() < self.limit => self.exact.push(value),

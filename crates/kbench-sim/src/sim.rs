@@ -50,6 +50,9 @@ pub struct SimBackend {
     client_to_scheduler_ns: Nanos,
     /// Between two requests the client sends at once.
     client_send_interval_ns: Nanos,
+    /// Every forward simulated on its own, never a window of steady decodes at once: the
+    /// reference the window is checked against.
+    pub(crate) step_by_step: bool,
 }
 
 /// `vllm serve`'s default token budget: 8192 on GPUs of 70 GiB or more, else 2048.
@@ -141,7 +144,16 @@ impl SimBackend {
             name: exp.file.name.clone(),
             client_to_scheduler_ns: client.client_to_scheduler_ns(),
             client_send_interval_ns: client.client_send_interval_ns(),
+            step_by_step: false,
         })
+    }
+
+    /// Simulates every forward on its own. A scheduler otherwise runs a window of forwards
+    /// that only decode the same batch in one go (exact in virtual time); this is the
+    /// reference that claim is tested against.
+    pub fn step_by_step(mut self) -> SimBackend {
+        self.step_by_step = true;
+        self
     }
 
     /// Requests come from real clients over HTTP (`kbench serve --sim`): their way to the
@@ -261,6 +273,7 @@ impl Backend for SimBackend {
             chunks: None,
             schedules_ahead: self.scheduler.schedules_ahead(&self.spec),
             running_since: None,
+            horizon: 0,
         }))
     }
 }
@@ -282,10 +295,13 @@ pub(crate) struct Live {
 
 impl Live {
     fn new(req: Request, submitted_ns: Nanos) -> Live {
+        // one allocation for its whole output rather than a copy at each doubling (bounded:
+        // a served request may ask for as much as the KV pool holds)
+        let expected_tokens = req.output_len().min(1 << 16) as usize;
         Live {
             req,
             submitted_ns,
-            token_times: Vec::new(),
+            token_times: Vec::with_capacity(expected_tokens),
             round_commits: Vec::new(),
             undrafted_rounds: 0,
             retractions: 0,
@@ -382,6 +398,9 @@ pub(crate) struct SimSession<'a> {
     /// batch then, from what had reached it by then. None while the GPU is idle (the loop
     /// waits for input and schedules on arrival).
     running_since: Option<Nanos>,
+    /// Once virtual time reaches this, the loop driving the session must look at it again
+    /// (a delivery the client sees, a deadline) before the next forward.
+    horizon: Nanos,
 }
 
 /// Keeps the chunk a request just streamed, when chunks are recorded.
@@ -543,6 +562,25 @@ impl SimSession<'_> {
         self.b.scheduler.step(self)
     }
 
+    /// Begins the next forward in a scheduler's window, doing what `step` does before the
+    /// scheduler runs, if nothing would make that forward differ from the one before: the
+    /// driving loop would not stop first, and no request reaches the scheduler by the time
+    /// the engine chooses the batch.
+    pub(crate) fn next_forward_is_quiet(&mut self) -> bool {
+        if self.now >= self.horizon {
+            return false;
+        }
+        let chosen_at = match (self.schedules_ahead, self.running_since) {
+            (true, Some(t)) => t,
+            _ => self.now,
+        };
+        if self.next_arrival().is_some_and(|t| t <= chosen_at) {
+            return false;
+        }
+        self.running_since = Some(self.now);
+        true
+    }
+
     /// Nothing can be scheduled though requests wait: the fit check before a run rules this
     /// out, so it is reported rather than spun on.
     pub(crate) fn cannot_admit(&self) -> BackendError {
@@ -632,6 +670,13 @@ impl Session for SimSession<'_> {
                     None => return Ok(Vec::new()),
                 }
             }
+            // the loop looks again once the front end has delivered a finished request
+            self.horizon = self
+                .delivering
+                .iter()
+                .map(RequestRecord::finished_ns)
+                .min()
+                .unwrap_or(Nanos::MAX);
             self.step()?;
         }
     }
@@ -642,6 +687,7 @@ impl Session for SimSession<'_> {
             if self.nothing_scheduled() && self.next_arrival().is_some_and(|t| t > deadline) {
                 break;
             }
+            self.horizon = deadline.saturating_add(1);
             self.step()?;
         }
         self.now = self.now.max(deadline);

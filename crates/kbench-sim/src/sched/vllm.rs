@@ -11,6 +11,8 @@ use kbench_core::backend::BackendError;
 
 use super::Scheduler;
 use crate::cost::{PrefillPart, VllmStep};
+use kbench_core::backend::Nanos;
+
 use crate::sim::{fail, record_chunk, Live, SimSession};
 
 pub(crate) struct Vllm;
@@ -47,7 +49,93 @@ fn preempt_latest(s: &mut SimSession<'_>) -> bool {
     true
 }
 
+/// Forwards that only decode the running batch, one token each, run here as a window:
+/// nothing waiting, prefilling or arriving, no request finishing, the token budget and the
+/// KV cache enough for all, no drafts. Each forward is priced and timed as `step` would
+/// (the same batch, context, budget and front end), the window ends where `step` would do
+/// something else, and the tokens are committed together. Long outputs spend most of
+/// their steps here. Returns whether it ran any forward.
+fn steady_decodes(s: &mut SimSession<'_>) -> Result<bool, BackendError> {
+    let bs = s.running.len() as u32;
+    if s.b.step_by_step
+        || bs == 0
+        || bs > s.b.max_num_batched_tokens
+        || !s.waiting.is_empty()
+        || !s.prefilling.is_empty()
+        || s.chunks.is_some()
+    {
+        return Ok(false);
+    }
+    let speculate = s.b.speculates_at(bs);
+    if speculate && s.b.acceptance.is_some() {
+        return Ok(false);
+    }
+    // the forward that finishes a request runs in `step`, which retires it
+    let Some(left) = s
+        .running
+        .iter()
+        .map(|r| r.req.output_len() - r.output())
+        .min()
+    else {
+        return Ok(false);
+    };
+    let per_request = s.b.kv.decode_slots_per_request as u64;
+    let slots_for_the_batch = bs as u64 * per_request;
+    if left < 2 || s.free_slots() < slots_for_the_batch {
+        return Ok(false);
+    }
+    let spec = speculate.then_some(&s.b.spec);
+    // integers, so the f64 sum `step` takes over the batch is exact and equal to this one
+    let mut context_tokens: u64 = s
+        .running
+        .iter()
+        .map(|r| u64::from(r.req.input_len + r.output()))
+        .sum();
+    let mut visible_times: Vec<Nanos> = Vec::new();
+    loop {
+        let t =
+            s.b.cost
+                .vllm_step_ns(
+                    &VllmStep {
+                        decode_requests: bs,
+                        decode_tokens: bs,
+                        drafting_requests: bs,
+                        ctx: context_tokens as f64 / bs as f64,
+                    },
+                    &[],
+                    spec,
+                )
+                .map_err(fail)?;
+        s.now += t;
+        visible_times.push(s.deliver(bs));
+        context_tokens += u64::from(bs);
+        s.kv.used += u64::from(bs);
+        s.kv.peak = s.kv.peak.max(s.kv.used);
+        if visible_times.len() as u32 == left - 1
+            || s.free_slots() < slots_for_the_batch
+            || !s.next_forward_is_quiet()
+        {
+            break;
+        }
+    }
+    let steps = visible_times.len() as u32;
+    let speculative = s.b.spec.is_speculative();
+    for r in &mut s.running {
+        r.token_times.extend_from_slice(&visible_times);
+        r.kv_tokens += steps;
+        if speculative {
+            r.round_commits
+                .extend(std::iter::repeat_n(1, steps as usize));
+            r.undrafted_rounds += steps;
+        }
+    }
+    Ok(true)
+}
+
 fn step(s: &mut SimSession<'_>) -> Result<(), BackendError> {
+    if steady_decodes(s)? {
+        return Ok(());
+    }
     // Each running request needs its slots for this step (1 + K drafts, plus K lookahead
     // for a GPU drafter); without them the latest admitted is preempted, and a step that
     // preempted admits nobody (vLLM's `preempted_reqs` check).
