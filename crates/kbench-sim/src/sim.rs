@@ -537,8 +537,10 @@ impl SimSession<'_> {
         self.arriving.iter().map(|(t, _)| *t).min()
     }
 
-    /// One forward, as the engine's scheduler chooses it.
-    fn step(&mut self) -> Result<(), BackendError> {
+    /// One forward, as the engine's scheduler chooses it; `horizon` is when the caller's
+    /// loop must look at the session again (a scheduler's window of forwards stops there).
+    fn step(&mut self, horizon: Nanos) -> Result<(), BackendError> {
+        self.horizon = horizon;
         // an engine that schedules ahead chose this forward's batch when the previous one
         // started, from the requests that had reached it by then
         let chosen_at = match (self.schedules_ahead, self.running_since) {
@@ -671,13 +673,13 @@ impl Session for SimSession<'_> {
                 }
             }
             // the loop looks again once the front end has delivered a finished request
-            self.horizon = self
+            let delivered_by = self
                 .delivering
                 .iter()
                 .map(RequestRecord::finished_ns)
                 .min()
                 .unwrap_or(Nanos::MAX);
-            self.step()?;
+            self.step(delivered_by)?;
         }
     }
 
@@ -687,8 +689,7 @@ impl Session for SimSession<'_> {
             if self.nothing_scheduled() && self.next_arrival().is_some_and(|t| t > deadline) {
                 break;
             }
-            self.horizon = deadline.saturating_add(1);
-            self.step()?;
+            self.step(deadline.saturating_add(1))?;
         }
         self.now = self.now.max(deadline);
         Ok(self.delivered())

@@ -49,7 +49,27 @@ fn assert_same(exp: &Experiment) {
 
 const TRACE: &str = "../../traces/kimi-k2.5-eagle3-speedbench-coding.synth.kbt";
 
-/// Outputs long enough that most forwards fall in windows, at InferenceX's load.
+/// `vllm-8x-h200` with a front end that takes 700 us per streamed chunk (the shipped vLLM
+/// profiles have none): a finished request then reaches its client after the forward that
+/// finished it, so the driving loop's stop at that delivery is what ends a window.
+fn slow_front_end_profile(dir: &Path) -> String {
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/engines/vllm-8x-h200.toml"),
+    )
+    .unwrap();
+    let slow = shipped.replacen(
+        "[host.frontend_per_chunk_us]\nvalue = 0.0",
+        "[host.frontend_per_chunk_us]\nvalue = 700.0",
+        1,
+    );
+    assert_ne!(slow, shipped, "the profile's front-end term moved");
+    let path = dir.join("vllm-slow-front-end.toml");
+    std::fs::write(&path, slow).unwrap();
+    format!("profile = \"{}\"", path.display())
+}
+
+/// Outputs long enough that most forwards fall in windows, at InferenceX's load; lengths
+/// that differ, so requests finish, and are replaced, at different forwards.
 #[test]
 fn long_outputs_give_the_same_token_times_as_step_by_step() {
     for concurrency in [1, 8, 48] {
@@ -57,10 +77,31 @@ fn long_outputs_give_the_same_token_times_as_step_by_step() {
             "prefix_caching = false",
             "",
             "method = \"none\"",
-            "max_tokens = 1500\ninput_len = 1024",
+            "max_tokens = 1500\ninput_len_range = [64, 1024]\noutput_len_range = [200, 1500]",
             &format!(
                 "concurrency = [{concurrency}]\nrequests_per_level = {}\nwarmup_requests = 0",
                 concurrency * 3
+            ),
+        );
+        assert_same(&exp);
+    }
+}
+
+/// A front end slower than the forwards: deliveries lag the forwards that finished them,
+/// and a window must stop where the loop would hand a delivery to the client.
+#[test]
+fn a_slow_front_end_ends_a_window_at_the_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = slow_front_end_profile(dir.path());
+    for concurrency in [1, 7, 48] {
+        let exp = experiment(
+            "prefix_caching = false",
+            &profile,
+            "method = \"none\"",
+            "max_tokens = 900\ninput_len_range = [64, 900]\noutput_len_range = [50, 900]",
+            &format!(
+                "concurrency = [{concurrency}]\nrequests_per_level = {}\nwarmup_requests = 2",
+                concurrency * 4
             ),
         );
         assert_same(&exp);
@@ -84,11 +125,11 @@ fn open_loop_arrivals_cut_a_window_where_step_by_step_would_look() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// Closed and open loop, a pool that preempts, a short token budget, a shared prefix,
-    /// and speculation (whose rounds never run in a window): the window never changes a
-    /// token's time.
+    /// a slow front end, and now and then speculation (whose rounds never run in a window):
+    /// the window never changes a token's time.
     #[test]
     fn a_window_is_exact_in_virtual_time(
         clients in 1u32..24,
@@ -99,8 +140,15 @@ proptest! {
         prefix in 0u32..200,
         caching in any::<bool>(),
         rate in proptest::option::of(1.0f64..40.0),
-        speculative in any::<bool>(),
+        slow_front_end in any::<bool>(),
+        speculative in proptest::bool::weighted(0.2),
     ) {
+        let dir = tempfile::tempdir().unwrap();
+        let front_end = if slow_front_end {
+            slow_front_end_profile(dir.path())
+        } else {
+            String::new()
+        };
         let max_tokens = output.0 + output.1;
         let server = format!(
             "prefix_caching = {caching}\n{}",
@@ -124,7 +172,7 @@ proptest! {
         };
         let exp = experiment(
             &server,
-            &format!("max_num_batched_tokens = {budget}"),
+            &format!("max_num_batched_tokens = {budget}\n{front_end}"),
             method,
             &workload,
             &format!("{levels}\nrequests_per_level = 20\nwarmup_requests = 1"),

@@ -51,23 +51,23 @@ fn preempt_latest(s: &mut SimSession<'_>) -> bool {
 
 /// Forwards that only decode the running batch, one token each, run here as a window:
 /// nothing waiting, prefilling or arriving, no request finishing, the token budget and the
-/// KV cache enough for all, no drafts. Each forward is priced and timed as `step` would
+/// KV cache enough for all, no speculation (a speculative round's commits differ by
+/// request and round). Each forward is priced and timed as `step` would
 /// (the same batch, context, budget and front end), the window ends where `step` would do
 /// something else, and the tokens are committed together. Long outputs spend most of
 /// their steps here. Returns whether it ran any forward.
 fn steady_decodes(s: &mut SimSession<'_>) -> Result<bool, BackendError> {
     let bs = s.running.len() as u32;
+    // a batch over the budget would be cut short in `step` (every prefill that admitted a
+    // request spent budget on it, so this is a guard, not a case that arises)
     if s.b.step_by_step
+        || s.b.spec.is_speculative()
         || bs == 0
         || bs > s.b.max_num_batched_tokens
         || !s.waiting.is_empty()
         || !s.prefilling.is_empty()
         || s.chunks.is_some()
     {
-        return Ok(false);
-    }
-    let speculate = s.b.speculates_at(bs);
-    if speculate && s.b.acceptance.is_some() {
         return Ok(false);
     }
     // the forward that finishes a request runs in `step`, which retires it
@@ -84,7 +84,6 @@ fn steady_decodes(s: &mut SimSession<'_>) -> Result<bool, BackendError> {
     if left < 2 || s.free_slots() < slots_for_the_batch {
         return Ok(false);
     }
-    let spec = speculate.then_some(&s.b.spec);
     // integers, so the f64 sum `step` takes over the batch is exact and equal to this one
     let mut context_tokens: u64 = s
         .running
@@ -103,7 +102,7 @@ fn steady_decodes(s: &mut SimSession<'_>) -> Result<bool, BackendError> {
                         ctx: context_tokens as f64 / bs as f64,
                     },
                     &[],
-                    spec,
+                    None,
                 )
                 .map_err(fail)?;
         s.now += t;
@@ -119,15 +118,9 @@ fn steady_decodes(s: &mut SimSession<'_>) -> Result<bool, BackendError> {
         }
     }
     let steps = visible_times.len() as u32;
-    let speculative = s.b.spec.is_speculative();
     for r in &mut s.running {
         r.token_times.extend_from_slice(&visible_times);
         r.kv_tokens += steps;
-        if speculative {
-            r.round_commits
-                .extend(std::iter::repeat_n(1, steps as usize));
-            r.undrafted_rounds += steps;
-        }
     }
     Ok(true)
 }
