@@ -1064,3 +1064,28 @@ fn a_run_where_every_request_failed_exits_as_a_backend_failure() {
     assert!(compared.status.success(), "{table}");
     assert!(!table.contains("-100"), "{table}");
 }
+
+#[test]
+fn sglang_args_launches_nextn_from_the_models_own_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("nextn.toml");
+    std::fs::write(
+        &file,
+        "name = \"dsv3\"\n[model]\npreset = \"deepseek-v3\"\n[hardware]\npreset = \"8x-h200\"\n\
+         [server]\ntp_size = 8\n[speculative]\nalgorithm = \"NEXTN\"\nnum_steps = 3\n\
+         eagle_topk = 1\nnum_draft_tokens = 4\nspec_v2 = true\n[workload]\naccept_length = 2.4\n\
+         max_tokens = 64\ninput_len = 64\n[benchmark]\nconcurrency = [1]\nrequests_per_level = 4\n",
+    )
+    .unwrap();
+    let out = kbench(&["sglang-args", file.to_str().unwrap()]);
+    for flag in [
+        "--model-path deepseek-ai/DeepSeek-V3",
+        "--speculative-algorithm NEXTN",
+        "--speculative-num-steps 3",
+        "--speculative-num-draft-tokens 4",
+    ] {
+        assert!(out.contains(flag), "{flag} missing: {out}");
+    }
+    // SGLang takes the draft from the model path for NEXTN
+    assert!(!out.contains("--speculative-draft-model-path"), "{out}");
+}

@@ -388,7 +388,8 @@ pub fn validate(args: ValidateArgs) -> CliResult<()> {
         let s = &e.speculative;
         let spec = if s.is_speculative() {
             format!(
-                "EAGLE3 steps={} topk={} draft_tokens={} {}",
+                "{} steps={} topk={} draft_tokens={} {}",
+                s.algorithm.name_in(e.engine.kind),
                 s.shape.num_steps,
                 s.shape.topk,
                 s.shape.num_draft_tokens,

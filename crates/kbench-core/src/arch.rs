@@ -258,7 +258,17 @@ impl ModelArch {
                 moe.n_group = 8;
                 moe.topk_group = 4;
                 moe.routed_scaling_factor = 2.5;
-                a.quant = None;
+                // config.json quantization_config: quant_method fp8, fmt e4m3, dynamic
+                // activations, weight_block_size [128, 128] (float32 scales, one per block)
+                a.quant = Some(QuantInfo {
+                    method: "fp8".into(),
+                    num_bits: 8,
+                    group_size: 128 * 128,
+                    symmetric: true,
+                    routed_experts_only: false,
+                    scale_bytes: 4.0,
+                    math: QuantMath::Native,
+                });
                 Ok(a)
             }
             "llama-3.1-8b" => Ok(ModelArch {

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::experiment::{Algorithm, Experiment, HardwareRef, ReferencePoint};
+use crate::experiment::{Experiment, HardwareRef, ReferencePoint};
 use crate::harness::LevelResult;
 use crate::metrics::LevelMetrics;
 
@@ -197,13 +197,7 @@ pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> Experime
         max_running_requests: exp.max_running_requests,
         cuda_graph_max_bs: exp.cuda_graph_max_bs,
         speculative: SpeculativeSummary {
-            algorithm: match (s.algorithm, exp.engine.kind) {
-                (Algorithm::None, _) => "none".into(),
-                (Algorithm::Eagle3, crate::experiment::ServingEngineKind::Sglang) => {
-                    "EAGLE3".into()
-                }
-                (a, _) => a.vllm_method().unwrap_or("none").into(),
-            },
+            algorithm: s.algorithm.name_in(exp.engine.kind).into(),
             num_steps: s.shape.num_steps,
             eagle_topk: s.shape.topk,
             num_draft_tokens: s.shape.num_draft_tokens,

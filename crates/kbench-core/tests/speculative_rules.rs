@@ -82,3 +82,57 @@ proptest! {
         }
     }
 }
+
+fn nextn_file(model: &str, speculative: &str) -> String {
+    format!(
+        "name = \"t\"\n[model]\npreset = \"{model}\"\n[hardware]\npreset = \"8x-h200\"\n\
+         [server]\ntp_size = 8\n[speculative]\nalgorithm = \"NEXTN\"\n{speculative}\n\
+         [workload]\naccept_length = 1.8\nmax_tokens = 64\ninput_len = 64\n\
+         [benchmark]\nconcurrency = [1]\nrequests_per_level = 4\n"
+    )
+}
+
+fn load_nextn(
+    model: &str,
+    speculative: &str,
+) -> Result<kbench_core::experiment::Experiment, kbench_core::experiment::ExperimentError> {
+    kbench_core::experiment::load_experiment_str(
+        &nextn_file(model, speculative),
+        std::path::Path::new("t.toml"),
+        &[],
+    )
+    .map(|mut v| v.remove(0).experiment)
+}
+
+/// SGLang's NEXTN (its DeepSeek MTP) is EAGLE with the model's own NextN layer as the
+/// draft: EAGLE's shape rules, no [draft], and a model that has the layer.
+#[test]
+fn nextn_drafts_with_the_models_own_mtp_layer_under_eagles_rules() {
+    let exp = load_nextn(
+        "deepseek-v3",
+        "num_steps = 1\neagle_topk = 1\nnum_draft_tokens = 2",
+    )
+    .unwrap();
+    assert_eq!(exp.speculative.algorithm, Algorithm::Mtp);
+    assert_eq!(exp.speculative.algorithm.sglang_name(), Some("NEXTN"));
+    assert!(exp.draft.is_none());
+    // SGLang caps running requests at 48 with any EAGLE-style speculation
+    assert_eq!(exp.max_running_requests, 48);
+    let e = load_nextn(
+        "deepseek-v3",
+        "num_steps = 2\neagle_topk = 1\nnum_draft_tokens = 5",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("eagle_topk == 1 forces"), "{e}");
+    let e = load_nextn(
+        "kimi-k2.5",
+        "num_steps = 1\neagle_topk = 1\nnum_draft_tokens = 2",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("speculative.algorithm") && e.contains("kimi-k2.5 has none"),
+        "{e}"
+    );
+}

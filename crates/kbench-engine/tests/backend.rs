@@ -244,3 +244,40 @@ fn engine_backend_draws_the_workloads_lengths_and_stops_as_at_eos() {
         .collect();
     assert!(prompts.windows(2).all(|w| w[0][..3] == w[1][..3]));
 }
+
+/// The engine's draft is an EAGLE-3 head: an experiment that drafts otherwise (SGLang's
+/// NEXTN, vLLM's mtp or n-gram) is refused by name before any checkpoint is read.
+#[test]
+fn the_engine_refuses_drafts_that_are_not_an_eagle3_head() {
+    let dir = tempfile::tempdir().unwrap();
+    for (engine, speculative, name) in [
+        (
+            "",
+            "algorithm = \"NEXTN\"\nnum_steps = 1\neagle_topk = 1\nnum_draft_tokens = 2",
+            "NEXTN",
+        ),
+        (
+            "[engine]\nname = \"vllm\"\n",
+            "method = \"mtp\"\nnum_speculative_tokens = 1",
+            "mtp",
+        ),
+    ] {
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "name = \"t\"\n[model]\npreset = \"deepseek-v3\"\n[hardware]\npreset = \"8x-h200\"\n\
+                 {engine}[server]\ntp_size = 8\n[speculative]\n{speculative}\n[workload]\n\
+                 accept_length = 1.8\nmax_tokens = 8\ninput_len = 8\n[benchmark]\nconcurrency = [1]\n\
+                 requests_per_level = 1\n[backend]\nkind = \"engine\"\n"
+            ),
+        )
+        .unwrap();
+        let exp = &load_experiment(&path, &[]).unwrap()[0].experiment;
+        let e = kbench_engine::open(exp).err().expect("refused").to_string();
+        assert!(
+            e.contains("EAGLE-3 head only") && e.contains(&format!("`{name}`")),
+            "{e}"
+        );
+    }
+}

@@ -173,17 +173,24 @@ pub fn command_line(
     flag("port", target.port.to_string());
     flag("tp-size", exp.tp_size.to_string());
     if exp.speculative.is_speculative() {
-        let draft = f.draft.as_ref();
-        flag("speculative-algorithm", "EAGLE3".into());
+        let algorithm = exp.speculative.algorithm;
         flag(
-            "speculative-draft-model-path",
-            path_of(
-                &l.draft_model_path,
-                &draft.and_then(|d| d.config.clone()),
-                &draft.and_then(|d| d.preset.clone()),
-                "draft_model",
-            )?,
+            "speculative-algorithm",
+            algorithm.sglang_name().unwrap_or("EAGLE3").into(),
         );
+        // NEXTN drafts with the target's own NextN layer: SGLang takes the model path
+        if algorithm.uses_draft_head() {
+            let draft = f.draft.as_ref();
+            flag(
+                "speculative-draft-model-path",
+                path_of(
+                    &l.draft_model_path,
+                    &draft.and_then(|d| d.config.clone()),
+                    &draft.and_then(|d| d.preset.clone()),
+                    "draft_model",
+                )?,
+            );
+        }
         flag(
             "speculative-num-steps",
             exp.speculative.shape.num_steps.to_string(),

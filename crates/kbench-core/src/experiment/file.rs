@@ -178,8 +178,10 @@ pub enum Algorithm {
     /// with `method`, never `algorithm`).
     #[serde(rename = "eagle", skip_deserializing)]
     Eagle,
-    /// vLLM's `mtp`: the checkpoint's own multi-token-prediction layer.
-    #[serde(rename = "mtp", skip_deserializing)]
+    /// The checkpoint's own multi-token-prediction layer as the draft: vLLM's `mtp`
+    /// method, and SGLang's `algorithm = "NEXTN"` (server_args.py turns NEXTN into EAGLE
+    /// with the target's own path as the draft's, so its NextN layer drafts the chain).
+    #[serde(rename = "mtp", alias = "NEXTN", alias = "nextn")]
     Mtp,
     /// vLLM's `ngram`: prompt lookup on the host, 0..K tokens per step. A file may write
     /// it as SGLang's `algorithm = "NGRAM"`, to be told which one kbench simulates.
@@ -196,6 +198,24 @@ impl Algorithm {
     /// Runs a draft model on the GPU (EAGLE heads and MTP layers; n-gram runs on the host).
     pub fn drafts_on_gpu(self) -> bool {
         matches!(self, Algorithm::Eagle3 | Algorithm::Eagle | Algorithm::Mtp)
+    }
+
+    /// The name SGLang's `--speculative-algorithm` takes (vLLM's methods have none).
+    pub fn sglang_name(self) -> Option<&'static str> {
+        match self {
+            Algorithm::Eagle3 => Some("EAGLE3"),
+            Algorithm::Mtp => Some("NEXTN"),
+            Algorithm::None | Algorithm::Eagle | Algorithm::Ngram => None,
+        }
+    }
+
+    /// The name the engine's own settings give it (`none` for no speculation).
+    pub fn name_in(self, engine: super::ServingEngineKind) -> &'static str {
+        match engine {
+            super::ServingEngineKind::Sglang => self.sglang_name(),
+            super::ServingEngineKind::Vllm => self.vllm_method(),
+        }
+        .unwrap_or("none")
     }
 
     /// The name vLLM's `--speculative-config` gives the method.

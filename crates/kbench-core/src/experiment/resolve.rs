@@ -134,12 +134,31 @@ pub(crate) fn resolve(
         message: v.message,
         fix: v.fix,
     })?;
+    if !vllm && spec.algorithm == Algorithm::Mtp && model.mtp_layers == 0 {
+        // SGLang loads the draft from the target's own path (speculative_draft_model_path
+        // defaults to model_path for NEXTN): without NextN weights there is nothing to draft
+        return Err(invalid(
+            "speculative.algorithm",
+            format!(
+                "algorithm = \"NEXTN\" drafts with the model's own multi-token-prediction layer, and {} has none",
+                model.name
+            ),
+            "use a model with MTP layers (preset = \"deepseek-v3\"), or algorithm = \"EAGLE3\" with a [draft]",
+        ));
+    }
     let mut early_notes = Vec::new();
     if !spec.algorithm.uses_draft_head() && file.draft.is_some() && spec.is_speculative() {
-        early_notes.push(format!(
-            "[draft] unused: method `{}` drafts without an EAGLE head",
-            spec.algorithm.vllm_method().unwrap_or("none")
-        ));
+        early_notes.push(if vllm {
+            format!(
+                "[draft] unused: method `{}` drafts without an EAGLE head",
+                spec.algorithm.vllm_method().unwrap_or("none")
+            )
+        } else {
+            format!(
+                "[draft] unused: algorithm = \"{}\" drafts with the model's own MTP layer",
+                spec.algorithm.sglang_name().unwrap_or("none")
+            )
+        });
     }
 
     let draft = if spec.algorithm.uses_draft_head() {
@@ -261,7 +280,7 @@ pub(crate) fn resolve(
             ))
         }
         Some(n) => n,
-        None if spec.algorithm == Algorithm::Eagle3 && !vllm => {
+        None if spec.is_speculative() && !vllm => {
             notes.push(format!(
                 "max_running_requests unset with speculation: SGLang caps it at {SPEC_DEFAULT_MAX_RUNNING_REQUESTS}"
             ));
