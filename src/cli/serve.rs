@@ -35,15 +35,18 @@ fn seconds(flag: &str, s: f64) -> CliResult<Duration> {
     kbench_core::duration::checked_seconds(s).map_err(|e| usage(format!("--{flag} {e}")))
 }
 
-/// `--speculative-algorithm`: whether to speculate.
-fn speculating(a: &ServeArgs) -> CliResult<Option<bool>> {
+/// `--speculative-algorithm`: whether to speculate, and with what (None: as the file says).
+fn speculating(a: &ServeArgs) -> CliResult<Option<Option<&'static str>>> {
     match a.speculative_algorithm.as_deref() {
         None => Ok(None),
         Some(s) => match s.to_ascii_uppercase().as_str() {
-            "EAGLE3" | "EAGLE" => Ok(Some(true)),
-            "NONE" => Ok(Some(false)),
+            "EAGLE3" => Ok(Some(Some("EAGLE3"))),
+            "NEXTN" => Ok(Some(Some("NEXTN"))),
+            // SGLang reports NEXTN as EAGLE: keep whichever EAGLE-style draft the file has
+            "EAGLE" => Ok(Some(None)),
+            "NONE" => Ok(Some(Some("none"))),
             other => Err(usage(format!(
-                "--speculative-algorithm {other}: kbench serve supports EAGLE3 (EAGLE as its alias) or NONE"
+                "--speculative-algorithm {other}: kbench serve supports EAGLE3, NEXTN, EAGLE (the file's own) or NONE"
             ))),
         },
     }
@@ -122,12 +125,21 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
     }
     let arch = kbench_core::arch::ModelArch::from_config_file(&config_path)
         .map_err(|e| CliError::from_error(&e).prefixed(config_path.display()))?;
-    let wants_spec = speculating(a)?.unwrap_or(
-        a.draft.is_some()
-            || a.speculative_num_steps.is_some()
-            || a.speculative_eagle_topk.is_some()
-            || a.speculative_num_draft_tokens.is_some(),
-    );
+    let wants_spec = match speculating(a)? {
+        Some(Some("none")) => false,
+        Some(Some("NEXTN")) => {
+            return Err(usage(
+                "--speculative-algorithm NEXTN: the engine drafts with an EAGLE-3 head (--draft); --sim prices NEXTN",
+            ))
+        }
+        Some(_) => true,
+        None => {
+            a.draft.is_some()
+                || a.speculative_num_steps.is_some()
+                || a.speculative_eagle_topk.is_some()
+                || a.speculative_num_draft_tokens.is_some()
+        }
+    };
     let spec: Option<SpeculativeSettings> = if wants_spec {
         Some(spec_settings(
             a.speculative_num_steps,
@@ -304,10 +316,8 @@ fn sim_config(
     }
     // SGLang's flags become the experiment's own settings.
     let mut overrides = a.set.clone();
-    match speculating(a)? {
-        Some(false) => overrides.push("speculative.algorithm=none".into()),
-        Some(true) => overrides.push("speculative.algorithm=EAGLE3".into()),
-        None => {}
+    if let Some(Some(algorithm)) = speculating(a)? {
+        overrides.push(format!("speculative.algorithm={algorithm}"));
     }
     for (key, v) in [
         ("speculative.num_steps", a.speculative_num_steps),
@@ -370,7 +380,11 @@ fn sim_config(
         "max_queued_requests": a.max_queued_requests,
         "cuda_graph_max_bs": exp.cuda_graph_max_bs,
         "random_seed": exp.file.seed,
-        "speculative_algorithm": spec_on.then_some("EAGLE3"),
+        // as SGLang's server_info reports it: its server_args turn NEXTN into EAGLE
+        "speculative_algorithm": spec_on.then_some(match exp.speculative.algorithm {
+            kbench_core::experiment::Algorithm::Mtp => "EAGLE",
+            a => a.name_in(exp.engine.kind),
+        }),
         "speculative_num_steps": spec_on.then_some(exp.speculative.shape.num_steps),
         "speculative_eagle_topk": spec_on.then_some(exp.speculative.shape.topk),
         "speculative_num_draft_tokens": spec_on.then_some(exp.speculative.shape.num_draft_tokens),

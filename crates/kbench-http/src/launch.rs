@@ -178,8 +178,9 @@ pub fn command_line(
             "speculative-algorithm",
             algorithm.sglang_name().unwrap_or("EAGLE3").into(),
         );
-        // NEXTN drafts with the target's own NextN layer: SGLang takes the model path
-        if algorithm.uses_draft_head() {
+        // NEXTN drafts with the target's own NextN layer: SGLang takes the model path for
+        // DeepSeek unless a draft path is given
+        if algorithm.uses_draft_head() || l.draft_model_path.is_some() {
             let draft = f.draft.as_ref();
             flag(
                 "speculative-draft-model-path",

@@ -217,11 +217,7 @@ fn row(
 
 fn config_of(x: &kbench_core::experiment::Experiment) -> CandidateConfig {
     CandidateConfig {
-        algorithm: if x.speculative.is_speculative() {
-            "EAGLE3".into()
-        } else {
-            "none".into()
-        },
+        algorithm: x.speculative.algorithm.name_in(x.engine.kind).into(),
         num_steps: x.speculative.shape.num_steps,
         eagle_topk: x.speculative.shape.topk,
         num_draft_tokens: x.speculative.shape.num_draft_tokens,
@@ -239,7 +235,8 @@ pub fn label(e: &Evaluated) -> String {
             let s = &run.experiment.speculative;
             if s.is_speculative() {
                 format!(
-                    "EAGLE3 {}/{}/{} {}",
+                    "{} {}/{}/{} {}",
+                    s.algorithm.name_in(run.experiment.engine.kind),
                     s.shape.num_steps,
                     s.shape.topk,
                     s.shape.num_draft_tokens,
@@ -262,7 +259,10 @@ pub fn label(e: &Evaluated) -> String {
                 "plain".to_string()
             } else {
                 format!(
-                    "EAGLE3 {}/{}/{} {}",
+                    "{} {}/{}/{} {}",
+                    e.candidate
+                        .value("speculative.algorithm")
+                        .map_or("EAGLE3", |a| a.trim_matches('"')),
                     v("num_steps"),
                     v("eagle_topk"),
                     v("num_draft_tokens"),

@@ -65,11 +65,12 @@ impl CostModel {
                 }
                 let h = layer.hidden_size;
                 let p = self.pricer();
-                let w = dense_weights(&layer);
+                // eh_proj stays BF16 in the FP8 checkpoints (DeepSeek-V3's README_WEIGHTS;
+                // SGLang's deepseek_nextn.py builds it as a plain nn.Linear)
                 acc.add(
                     "mtp.eh_proj",
                     1.0,
-                    p.gemm_with(pass.t, h, 2 * h, w, &why)?,
+                    p.gemm_with(pass.t, h, 2 * h, Weights::BF16, &why)?,
                     1,
                 );
                 self.target_layers(&layer, pass, ctx, acc)
