@@ -447,10 +447,11 @@ fn http_tiny_launches_its_server_runs_stops_it_and_predicts() {
         "the server was left running"
     );
     // a run where nothing failed leaves no log behind in the temporary directory
+    // the report wraps its lines: the path may start the line after "(log"
     let log = stdout
-        .split("(log ")
+        .split("(log")
         .nth(1)
-        .and_then(|s| s.split(',').next())
+        .and_then(|s| s.trim_start().split(',').next())
         .expect("the report names the log");
     assert!(log.ends_with(".server.log"), "{log}");
     assert!(!Path::new(log).exists(), "{log} was left behind");
@@ -467,6 +468,7 @@ fn sglang_args_prints_what_the_file_implies() {
         out.starts_with("SGLANG_ENABLE_SPEC_V2=True python3 -m sglang.launch_server"),
         "{out}"
     );
+    assert!(!out.contains("--disable-overlap-schedule"), "{out}");
     for flag in [
         "--tp-size 8",
         "--speculative-algorithm EAGLE3",
@@ -490,6 +492,8 @@ fn sglang_args_prints_what_the_file_implies() {
         "{out}"
     );
     assert!(!out.contains("SGLANG_ENABLE_SPEC_V2"), "{out}");
+    // v1 also on an SGLang whose default is the overlapped v2 worker
+    assert!(out.contains("--disable-overlap-schedule"), "{out}");
     // simulated acceptance: the accept length the simulator replays for (2, 1, 3)
     let file = root.join("experiments/topk1_v2.toml");
     let out = kbench(&[

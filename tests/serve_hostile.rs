@@ -712,6 +712,28 @@ fn bad_flags_are_refused_by_name() {
         "a flag's value is a usage error"
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("MEDUSA"));
+    // SGLang's switch off the overlap scheduler: plain decoding without it is not modelled
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+        .args([
+            "serve",
+            "--sim",
+            root.join("experiments/baseline.toml").to_str().unwrap(),
+            "--disable-overlap-schedule",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a flag's value is a usage error"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--disable-overlap-schedule without speculation"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
         .args([
             "serve",

@@ -177,9 +177,14 @@ pub struct ServeArgs {
     /// --sim: override an experiment field (repeatable), as `kbench experiment --set`.
     #[arg(long = "set", value_name = "KEY=VALUE", requires = "sim")]
     pub set: Vec<String>,
-    /// EAGLE3 (EAGLE is accepted as its alias) or NONE.
+    /// EAGLE3, NEXTN (--sim), EAGLE (the file's own, as SGLang reports NEXTN) or NONE.
     #[arg(long)]
     pub speculative_algorithm: Option<String>,
+    /// SGLang's switch off the overlap scheduler. --sim: speculation runs spec v1 (plain
+    /// decoding without the overlap is not modelled, and is refused); the engine runs its
+    /// rounds one after another anyway.
+    #[arg(long)]
+    pub disable_overlap_schedule: bool,
     #[arg(long)]
     pub speculative_num_steps: Option<u32>,
     #[arg(long)]

@@ -334,6 +334,9 @@ fn sim_config(
             overrides.push(format!("{key}={v}"));
         }
     }
+    if a.disable_overlap_schedule {
+        overrides.push("speculative.spec_v2=false".into());
+    }
     let mut variants = load_experiment(file, &overrides).map_err(|e| spec_error(&e))?;
     if variants.len() != 1 {
         return Err(invalid(format!(
@@ -343,6 +346,11 @@ fn sim_config(
         )));
     }
     let exp = variants.remove(0).experiment;
+    if a.disable_overlap_schedule && !exp.speculative.is_speculative() {
+        return Err(usage(
+            "--disable-overlap-schedule without speculation: kbench models SGLang's plain decoding with its overlap scheduler only",
+        ));
+    }
     let acceptance = kbench_sim::acceptance_for(&exp).map_err(|e| CliError::from_error(&e))?;
     // Built here once to report errors and describe the deployment; the worker builds its own.
     let probe = kbench_sim::SimBackend::new(&exp, acceptance.clone())

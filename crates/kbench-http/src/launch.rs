@@ -211,6 +211,12 @@ pub fn command_line(
     if let Some(n) = f.server.cuda_graph_max_bs {
         flag("cuda-graph-max-bs", n.to_string());
     }
+    // spec v1: SGLang releases whose overlapped v2 worker is the default (their
+    // SGLANG_ENABLE_SPEC_V2 switch gone) run v1 only under --disable-overlap-schedule;
+    // earlier ones turn the overlap off for v1 themselves, so there the flag changes nothing
+    if exp.speculative.is_speculative() && !exp.speculative.spec_v2 {
+        argv.push("--disable-overlap-schedule".into());
+    }
     argv.extend(l.args.iter().cloned());
     let mut env = l.env.clone();
     if exp.speculative.spec_v2 {
