@@ -138,10 +138,11 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
         ),
     };
     let gpu_bytes = profile.gpu.memory_gib.value * GIB;
-    let weight_bytes = weight_footprint(&exp.model, exp.draft.as_ref(), exp.tp_size).per_gpu_bytes;
+    let loaded = crate::memory::as_loaded(&exp.model, &exp.speculative);
+    let weight_bytes = weight_footprint(&loaded, exp.draft.as_ref(), exp.tp_size).per_gpu_bytes;
     let pool_bytes = gpu_bytes * mf - weight_bytes;
     let dtype = exp.kv.kv_cache_dtype;
-    let target = target_bytes_per_token(&exp.model, exp.tp_size, dtype);
+    let target = target_bytes_per_token(&loaded, exp.tp_size, dtype);
     let draft = exp
         .draft
         .as_ref()

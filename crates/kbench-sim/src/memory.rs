@@ -8,7 +8,10 @@
 //! quantized bytes per weight (INT4 group-32: 0.5 + 2/32), everything else BF16. The EAGLE-3
 //! draft is counted with the same sharding.
 
+use std::borrow::Cow;
+
 use kbench_core::arch::{ArchFamily, DraftArch, ModelArch};
+use kbench_core::experiment::{Algorithm, SpeculativeConfig};
 use serde::Serialize;
 
 use crate::error::SimError;
@@ -28,6 +31,20 @@ pub struct WeightFootprint {
     pub routed_expert_bytes: f64,
     /// What one tensor-parallel rank holds, bytes.
     pub per_gpu_bytes: f64,
+}
+
+/// The target as a run loads it: drafting with MTP (vLLM's `mtp`, SGLang's NEXTN) also
+/// loads the checkpoint's MTP layers, each one more decoder layer (MLA and MoE for DeepSeek)
+/// with a KV cache of its own. Their `eh_proj` and norms (BF16, 2h x h each: about 0.2 GB
+/// for DeepSeek-V3) are not counted.
+pub fn as_loaded<'a>(model: &'a ModelArch, spec: &SpeculativeConfig) -> Cow<'a, ModelArch> {
+    if spec.is_speculative() && spec.algorithm == Algorithm::Mtp && model.mtp_layers > 0 {
+        let mut loaded = model.clone();
+        loaded.num_layers += model.mtp_layers;
+        Cow::Owned(loaded)
+    } else {
+        Cow::Borrowed(model)
+    }
 }
 
 /// Bytes of weights, in all and per rank at `tp`.

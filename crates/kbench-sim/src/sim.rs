@@ -90,7 +90,8 @@ impl SimBackend {
                 exp.path.display()
             )));
         }
-        crate::memory::check_weights_fit(&profile, &exp.model, exp.draft.as_ref(), exp.tp_size)
+        let loaded = crate::memory::as_loaded(&exp.model, &exp.speculative);
+        crate::memory::check_weights_fit(&profile, &loaded, exp.draft.as_ref(), exp.tp_size)
             .map_err(|e| match e {
                 SimError::DoesNotFit(m) => {
                     SimError::DoesNotFit(format!("{}: {m}", exp.path.display()))

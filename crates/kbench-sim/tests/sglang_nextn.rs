@@ -80,3 +80,22 @@ fn nextn_at_its_published_acceptance_beats_plain_decoding_at_c1() {
         "{nextn} tok/s against {plain}"
     );
 }
+
+/// Drafting with MTP loads the checkpoint's MTP layer: one more DeepSeek decoder layer of
+/// weights on every rank, and one more layer of KV per token.
+#[test]
+fn nextn_loads_the_mtp_layer_and_its_cache() {
+    let nextn = backend(&deepseek(
+        "algorithm = \"NEXTN\"\nnum_steps = 1\neagle_topk = 1\nnum_draft_tokens = 2",
+    ));
+    let plain = backend(&deepseek("algorithm = \"none\""));
+    let (n, p) = (nextn.kv_pool(), plain.kv_pool());
+    assert_eq!(
+        n.target_bytes_per_token * 61,
+        p.target_bytes_per_token * 62,
+        "the MTP layer's latent KV beside the target's 61 layers"
+    );
+    // one MLA + 256-expert FP8 MoE layer, sharded over 8 ranks: about 1.4 GB
+    let extra_gb = (n.weight_bytes - p.weight_bytes) / 1e9;
+    assert!((1.0..2.0).contains(&extra_gb), "{extra_gb} GB per GPU");
+}
