@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use kbench_core::backend::Backend;
-use kbench_core::experiment::load_experiment;
+use kbench_core::experiment::{load_experiment, Algorithm};
 use kbench_engine::{Device, SpeculativeSettings};
 use kbench_serve::engine::EngineLoad;
 use kbench_serve::sim::SimWorker;
@@ -35,16 +35,17 @@ fn seconds(flag: &str, s: f64) -> CliResult<Duration> {
     kbench_core::duration::checked_seconds(s).map_err(|e| usage(format!("--{flag} {e}")))
 }
 
-/// `--speculative-algorithm`: whether to speculate, and with what (None: as the file says).
-fn speculating(a: &ServeArgs) -> CliResult<Option<Option<&'static str>>> {
+/// `--speculative-algorithm`: None when not given; Some(None) for EAGLE, which keeps
+/// whichever EAGLE-style draft the file has (SGLang reports NEXTN as EAGLE); else the
+/// algorithm, `Algorithm::None` for NONE.
+fn speculating(a: &ServeArgs) -> CliResult<Option<Option<Algorithm>>> {
     match a.speculative_algorithm.as_deref() {
         None => Ok(None),
         Some(s) => match s.to_ascii_uppercase().as_str() {
-            "EAGLE3" => Ok(Some(Some("EAGLE3"))),
-            "NEXTN" => Ok(Some(Some("NEXTN"))),
-            // SGLang reports NEXTN as EAGLE: keep whichever EAGLE-style draft the file has
+            "EAGLE3" => Ok(Some(Some(Algorithm::Eagle3))),
+            "NEXTN" => Ok(Some(Some(Algorithm::Mtp))),
             "EAGLE" => Ok(Some(None)),
-            "NONE" => Ok(Some(Some("none"))),
+            "NONE" => Ok(Some(Some(Algorithm::None))),
             other => Err(usage(format!(
                 "--speculative-algorithm {other}: kbench serve supports EAGLE3, NEXTN, EAGLE (the file's own) or NONE"
             ))),
@@ -126,8 +127,8 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
     let arch = kbench_core::arch::ModelArch::from_config_file(&config_path)
         .map_err(|e| CliError::from_error(&e).prefixed(config_path.display()))?;
     let wants_spec = match speculating(a)? {
-        Some(Some("none")) => false,
-        Some(Some("NEXTN")) => {
+        Some(Some(Algorithm::None)) => false,
+        Some(Some(Algorithm::Mtp)) => {
             return Err(usage(
                 "--speculative-algorithm NEXTN: the engine drafts with an EAGLE-3 head (--draft); --sim prices NEXTN",
             ))
@@ -317,7 +318,10 @@ fn sim_config(
     // SGLang's flags become the experiment's own settings.
     let mut overrides = a.set.clone();
     if let Some(Some(algorithm)) = speculating(a)? {
-        overrides.push(format!("speculative.algorithm={algorithm}"));
+        overrides.push(format!(
+            "speculative.algorithm={}",
+            algorithm.sglang_name().unwrap_or("none")
+        ));
     }
     for (key, v) in [
         ("speculative.num_steps", a.speculative_num_steps),
@@ -390,7 +394,7 @@ fn sim_config(
         "random_seed": exp.file.seed,
         // as SGLang's server_info reports it: its server_args turn NEXTN into EAGLE
         "speculative_algorithm": spec_on.then_some(match exp.speculative.algorithm {
-            kbench_core::experiment::Algorithm::Mtp => "EAGLE",
+            Algorithm::Mtp => "EAGLE",
             a => a.name_in(exp.engine.kind),
         }),
         "speculative_num_steps": spec_on.then_some(exp.speculative.shape.num_steps),
