@@ -696,62 +696,52 @@ fn bad_flags_are_refused_by_name() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--enable-dp-attention"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
-        .args([
-            "serve",
-            "--model",
-            tiny_model().to_str().unwrap(),
-            "--speculative-algorithm",
-            "MEDUSA",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "a flag's value is a usage error"
-    );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("MEDUSA"));
+    // a flag's value is a usage error (exit 2): its stderr
+    let usage_error = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "a flag's value is a usage error"
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let tiny = tiny_model();
+    let tiny = tiny.to_str().unwrap();
+    assert!(usage_error(&[
+        "serve",
+        "--model",
+        tiny,
+        "--speculative-algorithm",
+        "MEDUSA"
+    ])
+    .contains("MEDUSA"));
     // SGLang's switch off the overlap scheduler: plain decoding without it is not modelled
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
-        .args([
-            "serve",
-            "--sim",
-            root.join("experiments/baseline.toml").to_str().unwrap(),
-            "--disable-overlap-schedule",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "a flag's value is a usage error"
-    );
+    let baseline =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/baseline.toml");
+    let e = usage_error(&[
+        "serve",
+        "--sim",
+        baseline.to_str().unwrap(),
+        "--disable-overlap-schedule",
+    ]);
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("--disable-overlap-schedule without speculation"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        e.contains("--disable-overlap-schedule without speculation"),
+        "{e}"
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kbench"))
-        .args([
-            "serve",
-            "--model",
-            tiny_model().to_str().unwrap(),
-            "--fail-kinds",
-            "meteor",
-            "--fail-rate",
-            "0.1",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "a flag's value is a usage error"
-    );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("meteor"));
+    let e = usage_error(&[
+        "serve",
+        "--model",
+        tiny,
+        "--fail-kinds",
+        "meteor",
+        "--fail-rate",
+        "0.1",
+    ]);
+    assert!(e.contains("meteor"), "{e}");
 }
 
 /// Durations and rates too large or too small for the clock are refused when parsed, with
