@@ -7,12 +7,10 @@
 //! cannot get its slot the most recently admitted request is preempted (its KV freed, to be
 //! recomputed from the front of the queue), as vLLM's FCFS policy does.
 
-use kbench_core::backend::BackendError;
+use kbench_core::backend::{BackendError, Nanos};
 
 use super::Scheduler;
 use crate::cost::{PrefillPart, VllmStep};
-use kbench_core::backend::Nanos;
-
 use crate::sim::{fail, record_chunk, Live, SimSession};
 
 pub(crate) struct Vllm;
