@@ -81,7 +81,7 @@ fn http_gives_the_engines_tokens_rounds_and_accept_length() {
         let mut http = kbench_http::open(&exp).unwrap();
         let levels = run(http.as_mut(), &exp);
         assert!(
-            http.describe().contains("EAGLE (3, 1, 4)"),
+            http.describe().contains("EAGLE3 (3, 1, 4)"),
             "{}",
             http.describe()
         );

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use kbench_core::experiment::Experiment;
+use kbench_core::experiment::{Algorithm, Experiment};
 
 use crate::client::Client;
 use crate::error::HttpError;
@@ -50,7 +50,8 @@ pub enum Engine {
 pub struct ServerFacts {
     pub engine: Engine,
     pub version: Option<String>,
-    /// vLLM's speculative method, where the server says it (development mode).
+    /// The speculative algorithm as the server names it: SGLang's `speculative_algorithm`
+    /// (NEXTN reads EAGLE there), vLLM's `speculative_config.method` (development mode).
     pub method: Option<String>,
     /// None when the server does not say; Some(None) when it says it runs no speculation.
     /// A chain of K draft tokens is (K, 1, K + 1), SGLang's way of writing it.
@@ -71,7 +72,10 @@ impl ServerFacts {
                 Some(m) => format!("server {version}, {m} with num_speculative_tokens {s}"),
                 None => format!("server {version}, speculation with num_speculative_tokens {s}"),
             },
-            (Some(Some((s, k, d))), _) => format!("server {version}, EAGLE ({s}, {k}, {d})"),
+            (Some(Some((s, k, d))), _) => format!(
+                "server {version}, {} ({s}, {k}, {d})",
+                self.method.as_deref().unwrap_or("EAGLE")
+            ),
             (Some(None), _) => format!("server {version}, no speculation"),
             (None, _) => format!("server {version}, speculative settings not reported"),
         }
@@ -107,7 +111,7 @@ pub async fn facts(client: &Client) -> Result<ServerFacts, HttpError> {
             return Ok(ServerFacts {
                 engine: Engine::Sglang,
                 version: v["version"].as_str().map(str::to_string),
-                method: None,
+                method: v["speculative_algorithm"].as_str().map(str::to_string),
                 speculative: Some(spec),
                 models,
             });
@@ -246,6 +250,7 @@ pub async fn flush_cache(client: &Client, engine: Engine) -> Result<(), HttpErro
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expected {
     pub speculative: Option<(u64, u64, u64)>,
+    pub algorithm: Algorithm,
 }
 
 impl Expected {
@@ -258,6 +263,7 @@ impl Expected {
                     exp.speculative.shape.num_draft_tokens as u64,
                 )
             }),
+            algorithm: exp.speculative.algorithm,
         }
     }
 
@@ -281,8 +287,43 @@ impl Expected {
                 show(server)
             )));
         }
+        // the same shape drafted another way costs and accepts differently
+        if let (Some(_), Some(name)) = (server, facts.method.as_deref()) {
+            if runs_algorithm(name, self.algorithm) == Some(false) {
+                let file_name = match facts.engine {
+                    Engine::Vllm => self.algorithm.vllm_method(),
+                    Engine::Sglang | Engine::Unknown => self.algorithm.sglang_name(),
+                }
+                .unwrap_or(match self.algorithm {
+                    Algorithm::Eagle => "EAGLE",
+                    Algorithm::Ngram => "NGRAM",
+                    _ => "none",
+                });
+                return Err(HttpError::Mismatch(format!(
+                    "the file drafts with {file_name}, the server with {name}"
+                )));
+            }
+        }
         Ok(())
     }
+}
+
+/// Whether a server that names its algorithm `name` drafts the way `file` does; None
+/// for a name kbench does not know. SGLang turns NEXTN into EAGLE (server_args.py), and
+/// vLLM's per-model MTP names (`deepseek_mtp`, ...) are its `mtp`.
+fn runs_algorithm(name: &str, file: Algorithm) -> Option<bool> {
+    let name = name.to_ascii_lowercase();
+    let runs = match name.as_str() {
+        "eagle3" => file == Algorithm::Eagle3,
+        "eagle" => matches!(file, Algorithm::Eagle | Algorithm::Mtp),
+        "nextn" | "mtp" => file == Algorithm::Mtp,
+        n if n.ends_with("_mtp") => file == Algorithm::Mtp,
+        "ngram" => file == Algorithm::Ngram,
+        "standalone" | "draft_model" | "medusa" | "mlp_speculator" | "suffix" | "dflash"
+        | "lookahead" => false,
+        _ => return None,
+    };
+    Some(runs)
 }
 
 #[cfg(test)]
@@ -341,10 +382,13 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"2\"} 
     fn a_mismatch_is_told_in_the_servers_own_terms() {
         let mut f = vllm(&[]);
         f.speculative = Some(Some((3, 1, 4)));
-        let e = Expected { speculative: None }
-            .check(&f)
-            .unwrap_err()
-            .to_string();
+        let e = Expected {
+            speculative: None,
+            algorithm: Algorithm::None,
+        }
+        .check(&f)
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains(
                 "the file asks for no speculation, the server runs num_speculative_tokens 3"
@@ -354,6 +398,7 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"2\"} 
         f.engine = Engine::Sglang;
         let e = Expected {
             speculative: Some((2, 1, 3)),
+            algorithm: Algorithm::Eagle3,
         }
         .check(&f)
         .unwrap_err()
@@ -362,5 +407,45 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"2\"} 
             e.contains("the server runs --speculative-num-steps 3"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_same_shape_drafted_another_way_is_refused() {
+        let mut f = vllm(&[]);
+        f.engine = Engine::Sglang;
+        f.speculative = Some(Some((3, 1, 4)));
+        let file = |algorithm| Expected {
+            speculative: Some((3, 1, 4)),
+            algorithm,
+        };
+        // SGLang reports NEXTN as EAGLE: an MTP file is what it runs, an EAGLE-3 file is not
+        f.method = Some("EAGLE".into());
+        assert!(file(Algorithm::Mtp).check(&f).is_ok());
+        let e = file(Algorithm::Eagle3).check(&f).unwrap_err().to_string();
+        assert!(
+            e.contains("the file drafts with EAGLE3, the server with EAGLE"),
+            "{e}"
+        );
+        f.method = Some("EAGLE3".into());
+        assert!(file(Algorithm::Eagle3).check(&f).is_ok());
+        let e = file(Algorithm::Mtp).check(&f).unwrap_err().to_string();
+        assert!(
+            e.contains("drafts with NEXTN, the server with EAGLE3"),
+            "{e}"
+        );
+        // vLLM's names, its deprecated per-model MTP names included
+        f.engine = Engine::Vllm;
+        f.method = Some("deepseek_mtp".into());
+        assert!(file(Algorithm::Mtp).check(&f).is_ok());
+        let e = file(Algorithm::Eagle3).check(&f).unwrap_err().to_string();
+        assert!(
+            e.contains("drafts with eagle3, the server with deepseek_mtp"),
+            "{e}"
+        );
+        f.method = Some("suffix".into());
+        assert!(file(Algorithm::Ngram).check(&f).is_err());
+        // a name kbench does not know is not judged
+        f.method = Some("something_new".into());
+        assert!(file(Algorithm::Eagle3).check(&f).is_ok());
     }
 }
