@@ -15,7 +15,7 @@ use kbench_core::experiment::{ChunkedPrefill, Experiment, KvCacheDtype, Speculat
 use serde::Serialize;
 
 use crate::error::SimError;
-use crate::memory::weight_footprint;
+use crate::memory::loaded_weight_footprint;
 use crate::profile::HardwareProfile;
 
 /// SGLang's `CLIP_MAX_NEW_TOKENS`: the most output tokens admission reserves per request.
@@ -139,7 +139,13 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
     };
     let gpu_bytes = profile.gpu.memory_gib.value * GIB;
     let loaded = crate::memory::as_loaded(&exp.model, &exp.speculative);
-    let weight_bytes = weight_footprint(&loaded, exp.draft.as_ref(), exp.tp_size).per_gpu_bytes;
+    let weight_bytes = loaded_weight_footprint(
+        &exp.model,
+        &exp.speculative,
+        exp.draft.as_ref(),
+        exp.tp_size,
+    )
+    .per_gpu_bytes;
     let pool_bytes = gpu_bytes * mf - weight_bytes;
     let dtype = exp.kv.kv_cache_dtype;
     let target = target_bytes_per_token(&loaded, exp.tp_size, dtype);

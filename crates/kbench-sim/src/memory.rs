@@ -35,8 +35,7 @@ pub struct WeightFootprint {
 
 /// The target as a run loads it: drafting with MTP (vLLM's `mtp`, SGLang's NEXTN) also
 /// loads the checkpoint's MTP layers, each one more decoder layer (MLA and MoE for DeepSeek)
-/// with a KV cache of its own. Their `eh_proj` and norms (BF16, 2h x h each: about 0.2 GB
-/// for DeepSeek-V3) are not counted.
+/// with a KV cache of its own; `mtp_projection_bytes` adds what sits beside that layer.
 pub fn as_loaded<'a>(model: &'a ModelArch, spec: &SpeculativeConfig) -> Cow<'a, ModelArch> {
     if spec.is_speculative() && spec.algorithm == Algorithm::Mtp && model.mtp_layers > 0 {
         let mut loaded = model.clone();
@@ -45,6 +44,32 @@ pub fn as_loaded<'a>(model: &'a ModelArch, spec: &SpeculativeConfig) -> Cow<'a, 
     } else {
         Cow::Borrowed(model)
     }
+}
+
+/// What each loaded MTP layer holds beside its decoder layer, on every rank: `eh_proj`
+/// (2h -> h over [embedding; hidden], BF16 in the checkpoints and a plain replicated linear
+/// in vLLM's deepseek_mtp.py and SGLang's deepseek_nextn.py) and the `enorm`, `hnorm` and
+/// head norms: about 0.2 GB for DeepSeek-V3. Its embedding and head are the target's.
+pub fn mtp_projection_bytes(model: &ModelArch, spec: &SpeculativeConfig) -> f64 {
+    if !(spec.is_speculative() && spec.algorithm == Algorithm::Mtp) {
+        return 0.0;
+    }
+    let h = model.hidden_size as f64;
+    model.mtp_layers as f64 * (2.0 * h * h + 3.0 * h) * BF16
+}
+
+/// The weights as a run loads them (`as_loaded`, and the MTP layers' projections).
+pub fn loaded_weight_footprint(
+    model: &ModelArch,
+    spec: &SpeculativeConfig,
+    draft: Option<&DraftArch>,
+    tp: u32,
+) -> WeightFootprint {
+    let mut f = weight_footprint(&as_loaded(model, spec), draft, tp);
+    let extra = mtp_projection_bytes(model, spec);
+    f.total_bytes += extra;
+    f.per_gpu_bytes += extra;
+    f
 }
 
 /// Bytes of weights, in all and per rank at `tp`.
@@ -145,16 +170,17 @@ pub fn weight_footprint(model: &ModelArch, draft: Option<&DraftArch>, tp: u32) -
 pub fn check_weights_fit(
     profile: &HardwareProfile,
     model: &ModelArch,
+    spec: &SpeculativeConfig,
     draft: Option<&DraftArch>,
     tp: u32,
 ) -> Result<WeightFootprint, SimError> {
-    let f = weight_footprint(model, draft, tp);
+    let f = loaded_weight_footprint(model, spec, draft, tp);
     let gpu_bytes = profile.gpu.memory_gib.value * (1u64 << 30) as f64;
     let budget = gpu_bytes * STATIC_FRACTION;
     if f.per_gpu_bytes > budget {
         let min_tp = (1..=profile.gpu.count)
             .filter(|t| model.num_heads % t == 0)
-            .find(|&t| weight_footprint(model, draft, t).per_gpu_bytes <= budget);
+            .find(|&t| loaded_weight_footprint(model, spec, draft, t).per_gpu_bytes <= budget);
         let hint = match min_tp {
             Some(t) => format!("it fits at tp_size {t}"),
             None => format!(

@@ -90,14 +90,17 @@ impl SimBackend {
                 exp.path.display()
             )));
         }
-        let loaded = crate::memory::as_loaded(&exp.model, &exp.speculative);
-        crate::memory::check_weights_fit(&profile, &loaded, exp.draft.as_ref(), exp.tp_size)
-            .map_err(|e| match e {
-                SimError::DoesNotFit(m) => {
-                    SimError::DoesNotFit(format!("{}: {m}", exp.path.display()))
-                }
-                e => e,
-            })?;
+        crate::memory::check_weights_fit(
+            &profile,
+            &exp.model,
+            &exp.speculative,
+            exp.draft.as_ref(),
+            exp.tp_size,
+        )
+        .map_err(|e| match e {
+            SimError::DoesNotFit(m) => SimError::DoesNotFit(format!("{}: {m}", exp.path.display())),
+            e => e,
+        })?;
         let in_file = |e: SimError| match e {
             SimError::Model(m) => SimError::Model(format!("{}: {m}", exp.path.display())),
             e => e,

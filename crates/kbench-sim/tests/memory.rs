@@ -2,6 +2,7 @@
 //! reference/kimi-k2.5.md, and the refusal of configurations whose weights do not fit.
 
 use kbench_core::arch::{DraftArch, ModelArch};
+use kbench_core::experiment::SpeculativeConfig;
 use kbench_sim::memory::{check_weights_fit, weight_footprint};
 use kbench_sim::presets::preset;
 
@@ -43,16 +44,17 @@ fn more_ranks_hold_less_each_and_the_draft_adds_a_little() {
 fn weights_that_do_not_fit_are_refused_with_the_tp_that_would() {
     let m = ModelArch::preset("kimi-k2.5").unwrap();
     let box8 = preset("8x-rtx-pro-6000-server").unwrap();
-    assert!(check_weights_fit(&box8, &m, None, 8).is_ok());
-    let e = check_weights_fit(&box8, &m, None, 4)
+    let none = SpeculativeConfig::none();
+    assert!(check_weights_fit(&box8, &m, &none, None, 8).is_ok());
+    let e = check_weights_fit(&box8, &m, &none, None, 4)
         .unwrap_err()
         .to_string();
     assert!(e.contains("does not fit"), "{e}");
     assert!(e.contains("it fits at tp_size 8"), "{e}");
     let one = preset("h200").unwrap();
-    let e = check_weights_fit(&one, &m, None, 1)
+    let e = check_weights_fit(&one, &m, &none, None, 1)
         .unwrap_err()
         .to_string();
     assert!(e.contains("fits at no tp_size"), "{e}");
-    assert!(check_weights_fit(&preset("8x-h200").unwrap(), &m, None, 8).is_ok());
+    assert!(check_weights_fit(&preset("8x-h200").unwrap(), &m, &none, None, 8).is_ok());
 }

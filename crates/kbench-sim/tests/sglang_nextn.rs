@@ -95,7 +95,25 @@ fn nextn_loads_the_mtp_layer_and_its_cache() {
         p.target_bytes_per_token * 62,
         "the MTP layer's latent KV beside the target's 61 layers"
     );
-    // one MLA + 256-expert FP8 MoE layer, sharded over 8 ranks: about 1.4 GB
-    let extra_gb = (n.weight_bytes - p.weight_bytes) / 1e9;
-    assert!((1.0..2.0).contains(&extra_gb), "{extra_gb} GB per GPU");
+    // one MLA + 256-expert FP8 MoE layer, sharded over 8 ranks (about 1.4 GB), and its
+    // replicated BF16 eh_proj, 2 x 7168 x 7168 x 2 bytes, with three norms
+    let extra = n.weight_bytes - p.weight_bytes;
+    let eh_proj = (2.0 * 7168.0 * 7168.0 + 3.0 * 7168.0) * 2.0;
+    let layer = extra - eh_proj;
+    assert!(
+        (1.0e9..2.0e9).contains(&layer),
+        "{} GB per GPU",
+        layer / 1e9
+    );
+    let without_projection = {
+        let exp =
+            deepseek("algorithm = \"NEXTN\"\nnum_steps = 1\neagle_topk = 1\nnum_draft_tokens = 2");
+        kbench_sim::memory::weight_footprint(
+            &kbench_sim::memory::as_loaded(&exp.model, &exp.speculative),
+            None,
+            8,
+        )
+        .per_gpu_bytes
+    };
+    assert!((n.weight_bytes - without_projection - eh_proj).abs() < 1.0);
 }
