@@ -427,3 +427,151 @@ fn too_many_warmup_requests_are_not_called_negative() {
     let out = run_file(BASE, &["--set", "benchmark.warmup_requests=-1"]);
     assert!(out.contains("is negative"), "{out}");
 }
+
+/// A vLLM file on the RTX PRO 6000 box, with a context vLLM can start with there.
+fn vllm_spec(method_lines: &str) -> String {
+    SPEC.replace("tp_size = 8\n", "tp_size = 8\nmax_model_len = 4096\n").replace(
+        "[speculative]\nalgorithm = \"EAGLE3\"\nnum_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = true\n",
+        &format!("[engine]\nname = \"vllm\"\n\n[speculative]\n{method_lines}\n"),
+    )
+}
+
+fn refused(out: &str, wanted: &[&str]) {
+    assert!(!out.starts_with("exit code: 0"), "{out}");
+    for w in wanted {
+        assert!(out.contains(w), "`{w}` missing: {out}");
+    }
+}
+
+/// An engine kbench does not know is reported as that, before any engine's speculative
+/// rules are applied to the file.
+#[test]
+fn an_unknown_engine_is_named_before_speculative_rules() {
+    let bad = vllm_spec("method = \"eagle3\"\nnum_speculative_tokens = 3")
+        .replace("name = \"vllm\"", "name = \"vlm\"");
+    let out = run_file(&bad, &[]);
+    refused(&out, &["unknown engine `vlm`", "use sglang or vllm"]);
+    assert!(!out.contains("set name"), "{out}");
+}
+
+/// vLLM's `eagle` feeds its head one hidden state; the heads kbench reads take three.
+#[test]
+fn vllm_eagle_with_an_eagle3_head_is_refused() {
+    let bad = vllm_spec("method = \"eagle\"\nnum_speculative_tokens = 3");
+    refused(
+        &run_file(&bad, &[]),
+        &[
+            "EAGLE-1",
+            "`kimi-k2.5-eagle3` is an EAGLE-3 head",
+            "method = \"eagle3\"",
+        ],
+    );
+}
+
+/// A trace replays the drafter it was made for.
+#[test]
+fn a_trace_of_another_drafter_is_refused() {
+    let traces = common::repo_root().join("traces");
+    let ngram = traces.join("ngram-illustrative.synth.kbt");
+    let eagle3 = traces.join("kimi-k2.5-eagle3-chat.synth.kbt");
+    let with_trace = |text: &str, trace: &std::path::Path| {
+        text.replace(
+            "trace = \"trace.kbt\"",
+            &format!(
+                "trace = {}",
+                toml::Value::String(trace.display().to_string())
+            ),
+        )
+    };
+    let eagle_on_ngram = with_trace(
+        &vllm_spec("method = \"eagle3\"\nnum_speculative_tokens = 3"),
+        &ngram,
+    );
+    refused(
+        &run_file(&eagle_on_ngram, &[]),
+        &["n-gram prompt lookup's", "eagle3"],
+    );
+    let sglang_on_ngram = with_trace(SPEC, &ngram);
+    refused(
+        &run_file(&sglang_on_ngram, &[]),
+        &["n-gram prompt lookup's"],
+    );
+    let ngram_on_eagle = with_trace(
+        &vllm_spec("method = \"ngram\"\nnum_speculative_tokens = 3"),
+        &eagle3,
+    );
+    refused(
+        &run_file(&ngram_on_eagle, &[]),
+        &["a draft model's acceptance", "n-gram prompt lookup"],
+    );
+    // each with its own kind of trace runs
+    let fine = with_trace(
+        &vllm_spec("method = \"ngram\"\nnum_speculative_tokens = 3"),
+        &ngram,
+    );
+    let out = run_file(&fine, &[]);
+    assert!(out.starts_with("exit code: 0"), "{out}");
+}
+
+#[test]
+fn an_engine_key_without_an_engine_section_asks_for_its_name() {
+    let out = run_file(BASE, &["--set", "engine.max_num_batched_tokens=4096"]);
+    refused(&out, &["[engine] has no `name`", "engine.name = \"vllm\""]);
+    assert!(!out.contains("missing field"), "{out}");
+}
+
+#[test]
+fn counts_past_what_a_level_can_count_are_refused_with_the_limit() {
+    let out = run_file(
+        &BASE.replace("concurrency = [1, 2]", "concurrency = [99999999999]"),
+        &[],
+    );
+    refused(
+        &out,
+        &["more streams than a level counts (at most 4294967295)"],
+    );
+    assert!(!out.contains("not a positive count"), "{out}");
+    let out = run_file(
+        &BASE.replace("requests_per_level = 4", "requests_per_level = 99999999999"),
+        &[],
+    );
+    refused(&out, &["more requests than a level counts"]);
+}
+
+/// Flags are checked as the file's own keys are, and outputs before the run: a negative
+/// level reads as a level, not as an unknown flag, and a report that cannot be written
+/// stops the run before it starts, leaving no file behind.
+#[test]
+fn experiment_flags_and_outputs_are_checked_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("exp.toml"), BASE).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["experiment", "exp.toml"];
+        args.extend_from_slice(extra);
+        let (code, _, stderr) = kbench(dir.path(), &args);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        (code, stderr)
+    };
+    let (code, err) = run(&["--concurrency", "-1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("concurrency -1 is not a positive count"),
+        "{err}"
+    );
+    let (code, err) = run(&["--request-rate", "nan"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--request-rate nan: a number of requests per second above 0"),
+        "{err}"
+    );
+    let (code, err) = run(&["--csv", "out.csv", "--json", "missing/report.json"]);
+    assert_eq!(code, 5, "{err}");
+    assert!(
+        err.contains("cannot write missing/report.json: the directory missing does not exist"),
+        "{err}"
+    );
+    assert!(!dir.path().join("out.csv").exists());
+    let (code, err) = run(&["--json", "."]);
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("it is a directory"), "{err}");
+}

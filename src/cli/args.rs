@@ -274,7 +274,7 @@ pub struct ExperimentArgs {
     #[arg(long, value_parser = ["sim", "engine", "http"])]
     pub backend: Option<String>,
     /// Concurrency levels, replacing the file's list.
-    #[arg(long, num_args = 1..)]
+    #[arg(long, num_args = 1.., allow_negative_numbers = true)]
     pub concurrency: Vec<i64>,
     /// Request-rate levels (requests/s, or inf), replacing the file's; alone, they replace its
     /// concurrency levels too (as `vllm bench serve --request-rate`).
@@ -284,19 +284,19 @@ pub struct ExperimentArgs {
     #[arg(long)]
     pub burstiness: Option<f64>,
     /// At rate levels, at most this many requests in flight.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub max_concurrency: Option<i64>,
     /// Measured requests per level.
-    #[arg(long, visible_alias = "num-requests")]
+    #[arg(long, visible_alias = "num-requests", allow_negative_numbers = true)]
     pub requests_per_level: Option<i64>,
     /// Measured requests per client at a concurrency level (level C sends N x C).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub requests_per_client: Option<i64>,
     /// Warm-up requests per level (served, not measured).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub warmup_requests: Option<i64>,
     /// Output tokens per request.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub max_tokens: Option<i64>,
     /// Override any field: --set speculative.num_steps=3 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]

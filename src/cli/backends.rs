@@ -10,6 +10,15 @@ use super::exit;
 /// The backends this build knows, for messages.
 pub const KNOWN: &str = "sim, engine, http";
 
+/// What `kbench validate` runs: every backend is opened, except that the http backend's
+/// settings and launch line are checked without starting or reaching a server.
+pub fn check_backend(exp: &Experiment) -> CliResult<()> {
+    match exp.file.backend.kind.as_str() {
+        "http" => kbench_http::check(exp).map_err(|e| CliError::from_error(&e)),
+        _ => make_backend(exp).map(drop),
+    }
+}
+
 pub fn make_backend(exp: &Experiment) -> CliResult<Box<dyn Backend>> {
     match exp.file.backend.kind.as_str() {
         "sim" => kbench_sim::open(exp).map_err(|e| CliError::from_error(&e)),

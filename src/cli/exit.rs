@@ -89,7 +89,9 @@ fn own_code(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
     if let Some(e) = e.downcast_ref::<HttpError>() {
         return match e {
             HttpError::Trace { .. } => None,
-            HttpError::Settings(_) | HttpError::Mismatch(_) => Some(INVALID_INPUT),
+            HttpError::Settings(_) | HttpError::LaunchLine(_) | HttpError::Mismatch(_) => {
+                Some(INVALID_INPUT)
+            }
             _ => Some(BACKEND),
         };
     }

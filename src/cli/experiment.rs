@@ -10,11 +10,17 @@ use super::args::{ExperimentArgs, SglangArgsArgs, ValidateArgs};
 use super::backends::make_backend;
 use super::error::{io_error, spec_error, CliError, CliResult};
 use super::exit;
-use super::output::{write_file, write_json};
+use super::output::{check_output_paths, write_file, write_json};
 use super::progress::LevelProgress;
 use super::render;
 
 pub fn run(args: ExperimentArgs) -> CliResult<()> {
+    check_output_paths(
+        [&args.json, &args.csv, &args.plot]
+            .into_iter()
+            .flatten()
+            .map(|p| p.as_path()),
+    )?;
     let (overrides, labels): (Vec<String>, Vec<String>) =
         command_line_overrides(&args)?.into_iter().unzip();
     super::interrupt::install();
@@ -108,27 +114,25 @@ fn every_request_failed(reports: &[Report]) -> Option<CliError> {
     ))
 }
 
-/// `kbench sglang-args` / `kbench vllm-args`: the launch line of each variant.
+/// `kbench sglang-args` / `kbench vllm-args`: the launch line of each variant. Every line
+/// is made, and its deployment checked (the hardware known, the weights and a KV cache in
+/// memory, as the simulator checks them), before any is printed, so a sweep whose
+/// third variant cannot launch prints nothing rather than two lines and an error.
 pub fn launch_args(
     args: SglangArgsArgs,
     command: fn(&kbench_core::experiment::Experiment) -> Result<String, kbench_http::Error>,
 ) -> CliResult<()> {
-    let variants = load_experiment(&args.file, &args.set).map_err(|e| spec_error(&e))?;
-    let mut shown = 0;
-    for v in &variants {
-        if args.variant.is_some() && v.name != args.variant {
-            continue;
-        }
-        let exp = &v.experiment;
-        let line = command(exp).map_err(|e| CliError::from_error(&e))?;
-        if let Some(name) = &v.name {
-            println!("# variant {name}");
-        }
-        println!("{line}");
-        shown += 1;
-    }
-    if shown == 0 {
-        let names: Vec<&str> = variants.iter().filter_map(|v| v.name.as_deref()).collect();
+    super::engine::prepare_models(&args.file, &args.set)?;
+    let variants = kbench_core::experiment::load_experiment_variant(
+        &args.file,
+        &args.set,
+        args.variant.as_deref(),
+    )
+    .map_err(|e| spec_error(&e))?;
+    if variants.is_empty() {
+        let declared = kbench_core::experiment::variant_files(&args.file, &args.set)
+            .map_err(|e| spec_error(&e))?;
+        let names: Vec<&str> = declared.iter().filter_map(|(n, _)| n.as_deref()).collect();
         return Err(CliError::new(
             exit::INVALID_INPUT,
             format!(
@@ -142,6 +146,27 @@ pub fn launch_args(
                 }
             ),
         ));
+    }
+    let chosen: Vec<&Variant> = variants.iter().collect();
+    let mut lines = Vec::with_capacity(chosen.len());
+    for v in &chosen {
+        let in_variant = |e: CliError| match &v.name {
+            Some(name) => e.prefixed(format!("variant `{name}`")),
+            None => e,
+        };
+        let line = command(&v.experiment)
+            .map_err(|e| CliError::from_error(&e))
+            .map_err(in_variant)?;
+        kbench_sim::check_deployment(&v.experiment)
+            .map_err(|e| CliError::from_error(&e))
+            .map_err(in_variant)?;
+        lines.push((v.name.as_deref(), line));
+    }
+    for (name, line) in lines {
+        if let Some(name) = name {
+            println!("# variant {name}");
+        }
+        println!("{line}");
     }
     Ok(())
 }
@@ -272,12 +297,19 @@ fn command_line_overrides(args: &ExperimentArgs) -> CliResult<Vec<(String, Strin
     if !args.request_rate.is_empty() {
         let mut rates = Vec::new();
         for r in &args.request_rate {
-            let v: f64 = r.trim().parse().map_err(|_| {
-                CliError::new(
-                    exit::USAGE,
-                    format!("--request-rate {r}: a number of requests per second, or inf"),
-                )
-            })?;
+            let v: f64 = r
+                .trim()
+                .parse()
+                .ok()
+                .filter(|v: &f64| *v > 0.0)
+                .ok_or_else(|| {
+                    CliError::new(
+                        exit::USAGE,
+                        format!(
+                            "--request-rate {r}: a number of requests per second above 0, or inf"
+                        ),
+                    )
+                })?;
             rates.push(if v.is_infinite() {
                 "inf".to_string()
             } else {
@@ -375,7 +407,7 @@ pub fn validate(args: ValidateArgs) -> CliResult<()> {
     super::engine::prepare_models(&args.file, &args.set)?;
     let variants = load_experiment(&args.file, &args.set).map_err(|e| spec_error(&e))?;
     for v in &variants {
-        make_backend(&v.experiment)?;
+        super::backends::check_backend(&v.experiment)?;
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -19,3 +19,31 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> CliResult<()> {
     let text = serde_json::to_string_pretty(value).expect("reports serialize");
     write_file(path, format!("{text}\n").as_bytes())
 }
+
+/// Every output a command was asked for can be written where it was asked: checked before
+/// the work, so a long run never ends on "no such directory", and one bad path never
+/// leaves the others written.
+pub fn check_output_paths<'a>(paths: impl IntoIterator<Item = &'a Path>) -> CliResult<()> {
+    for path in paths {
+        let unwritable = |why: String| {
+            super::error::CliError::new(
+                exit::OUTPUT,
+                format!("cannot write {}: {why}", path.display()),
+            )
+        };
+        if path.is_dir() {
+            return Err(unwritable("it is a directory".into()));
+        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if !dir.is_dir() {
+            return Err(unwritable(format!(
+                "the directory {} does not exist",
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
+}

@@ -15,6 +15,12 @@ use super::output::{write_file, write_json};
 use super::render;
 
 pub fn run(args: SearchArgs) -> CliResult<()> {
+    super::output::check_output_paths(
+        [&args.json, &args.csv, &args.plot, &args.emit]
+            .into_iter()
+            .flatten()
+            .map(|p| p.as_path()),
+    )?;
     let flags = SearchFlags {
         space: args.space.clone(),
         objective: args.objective.clone(),
@@ -28,6 +34,7 @@ pub fn run(args: SearchArgs) -> CliResult<()> {
     if flags.allow_unsupported {
         set.push("speculative.allow_unsupported=true".into());
     }
+    super::engine::prepare_models(&args.file, &set)?;
     let prepared =
         kbench_search::prepare(&args.file, &set, &flags).map_err(|e| search_error(&e))?;
     super::interrupt::install();

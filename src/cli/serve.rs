@@ -341,6 +341,7 @@ fn sim_config(
     if a.disable_overlap_schedule {
         overrides.push("speculative.spec_v2=false".into());
     }
+    super::engine::prepare_models(file, &overrides)?;
     let mut variants = load_experiment(file, &overrides).map_err(|e| spec_error(&e))?;
     if variants.len() != 1 {
         return Err(invalid(format!(

@@ -5,6 +5,9 @@
 pub enum HttpError {
     #[error("[backend.http]: {0}")]
     Settings(String),
+    /// The file cannot be launched by the engine whose command line was asked for.
+    #[error("{0}")]
+    LaunchLine(String),
     #[error("the server at {url} did not answer /health within {seconds} s (is it running? last: {last})")]
     NotReady {
         url: String,

@@ -102,6 +102,14 @@ pub(crate) fn hub_id(preset: &str) -> Option<&'static str> {
     }
 }
 
+/// Checkpoints whose hub repository carries its own Python code that both engines must be
+/// allowed to run: Kimi-K2.5's tokenizer (tokenization_kimi.py; every launch line on the
+/// rtx6kpro pages passes the flag) and DeepSeek-V3's configuration_deepseek.py (SGLang's
+/// DeepSeek guide launches it with the flag).
+pub(crate) fn needs_remote_code(preset: &Option<String>) -> bool {
+    matches!(preset.as_deref(), Some("kimi-k2.5" | "deepseek-v3"))
+}
+
 /// Where a checkpoint comes from: an explicit path, the directory of a config file, or a
 /// preset's hub id.
 pub(crate) fn checkpoint_path(
@@ -208,8 +216,41 @@ pub fn command_line(
     if let Some(n) = f.server.max_running_requests {
         flag("max-running-requests", n.to_string());
     }
-    if let Some(n) = f.server.cuda_graph_max_bs {
-        flag("cuda-graph-max-bs", n.to_string());
+    match f.server.cuda_graph_max_bs {
+        // no batch is small enough for a graph: every forward runs eager
+        Some(0) => argv.push("--disable-cuda-graph".into()),
+        Some(n) => flag("cuda-graph-max-bs", n.to_string()),
+        None => {}
+    }
+    // the KV pool and prefill settings the simulator sizes and schedules with, in
+    // SGLang's own flag names (server_args.py); unset ones keep SGLang's defaults
+    let mut flag = |name: &str, value: String| {
+        argv.push(format!("--{name}"));
+        argv.push(value);
+    };
+    if let Some(m) = f.server.mem_fraction_static {
+        flag("mem-fraction-static", m.to_string());
+    }
+    if let Some(n) = f.server.max_total_tokens {
+        flag("max-total-tokens", n.to_string());
+    }
+    if let Some(n) = f.server.max_model_len {
+        flag("context-length", n.to_string());
+    }
+    if let Some(dtype) = exp.kv.kv_cache_dtype.flag_value() {
+        flag("kv-cache-dtype", dtype.into());
+    }
+    if let Some(n) = f.server.chunked_prefill_size {
+        flag("chunked-prefill-size", n.to_string());
+    }
+    if let Some(n) = f.server.max_prefill_tokens {
+        flag("max-prefill-tokens", n.to_string());
+    }
+    if !exp.kv.prefix_caching {
+        argv.push("--disable-radix-cache".into());
+    }
+    if needs_remote_code(&f.model.preset) {
+        argv.push("--trust-remote-code".into());
     }
     // spec v1: SGLang releases whose overlapped v2 worker is the default (their
     // SGLANG_ENABLE_SPEC_V2 switch gone) run v1 only under --disable-overlap-schedule;
@@ -404,7 +445,7 @@ pub fn sglang_command(exp: &Experiment) -> Result<String, HttpError> {
     if exp.engine.kind == kbench_core::experiment::ServingEngineKind::Vllm
         && exp.speculative.is_speculative()
     {
-        return Err(HttpError::Settings(format!(
+        return Err(HttpError::LaunchLine(format!(
             "{}: the file simulates vLLM's speculative decoding (method `{}`); `kbench vllm-args` prints its launch line",
             exp.path.display(),
             exp.speculative.algorithm.vllm_method().unwrap_or("none")

@@ -40,6 +40,23 @@ pub use error::HttpError as Error;
 
 const NAME: &str = "http";
 
+/// Everything `open` checks before it would start or reach a server: the settings, the url,
+/// the API key's variable and the launch line. `kbench validate` calls this, so checking
+/// a file never starts a 1T-parameter server only to stop it.
+pub fn check(exp: &Experiment) -> Result<(), HttpError> {
+    let settings = HttpSettings::of(exp)?;
+    let mut target = settings.target()?;
+    settings.api_key()?;
+    if let Some(l) = &settings.launch {
+        if target.port == 0 {
+            // the port a launch would pick; any will do for the line
+            target.port = 30000;
+        }
+        launch::command_line(exp, l, &target)?;
+    }
+    Ok(())
+}
+
 pub fn open(exp: &Experiment) -> Result<Box<dyn Backend>, HttpError> {
     Ok(Box::new(HttpBackend::new(exp)?))
 }

@@ -2,11 +2,13 @@
 //! names (vllm/engine/arg_utils.py) and its `--speculative-config` JSON keys, so the file
 //! that predicts a vLLM deployment also launches it.
 
-use kbench_core::experiment::{Algorithm, Experiment, KvCacheDtype, ServingEngineKind};
+use kbench_core::experiment::{Algorithm, Experiment, ServingEngineKind};
 use serde_json::{Map, Value};
 
 use crate::error::HttpError;
-use crate::launch::{checkpoint_path, shell_line, simulated_accept_length, LaunchAcceptance};
+use crate::launch::{
+    checkpoint_path, needs_remote_code, shell_line, simulated_accept_length, LaunchAcceptance,
+};
 use crate::settings::{HttpSettings, Target};
 
 /// vLLM's JSON for `--speculative-config`, keys in the order vLLM's docs write them.
@@ -50,7 +52,7 @@ pub fn speculative_config(exp: &Experiment) -> Result<Option<String>, HttpError>
 /// The `vllm serve` command line, with the url's host and port (else vLLM's 127.0.0.1:8000).
 pub fn vllm_command(exp: &Experiment) -> Result<String, HttpError> {
     if exp.engine.kind != ServingEngineKind::Vllm && exp.speculative.is_speculative() {
-        return Err(HttpError::Settings(format!(
+        return Err(HttpError::LaunchLine(format!(
             "{}: the file simulates SGLang's EAGLE ({}, {}, {}); vLLM's settings differ (a chain of num_speculative_tokens): set [engine] name = \"vllm\" with method and num_speculative_tokens, or use `kbench sglang-args`",
             exp.path.display(),
             exp.speculative.shape.num_steps,
@@ -86,22 +88,33 @@ pub fn vllm_command(exp: &Experiment) -> Result<String, HttpError> {
     if let Some(n) = exp.engine.max_num_batched_tokens {
         flag("max-num-batched-tokens", n.to_string());
     }
+    if let Some(n) = f.server.max_model_len {
+        flag("max-model-len", n.to_string());
+    }
     if let Some(m) = f.server.mem_fraction_static {
         flag("gpu-memory-utilization", m.to_string());
     }
-    if let Some(n) = f.server.cuda_graph_max_bs {
-        flag("max-cudagraph-capture-size", n.to_string());
+    match f.server.cuda_graph_max_bs {
+        // no batch is small enough for a graph: every forward runs eager
+        Some(0) => argv.push("--enforce-eager".into()),
+        Some(n) => flag("max-cudagraph-capture-size", n.to_string()),
+        None => {}
     }
-    match exp.kv.kv_cache_dtype {
-        KvCacheDtype::Bf16 => {}
-        KvCacheDtype::Fp8E4m3 => flag("kv-cache-dtype", "fp8_e4m3".into()),
-        KvCacheDtype::Fp8E5m2 => flag("kv-cache-dtype", "fp8_e5m2".into()),
+    let mut flag = |name: &str, value: String| {
+        argv.push(format!("--{name}"));
+        argv.push(value);
+    };
+    if let Some(dtype) = exp.kv.kv_cache_dtype.flag_value() {
+        flag("kv-cache-dtype", dtype.into());
     }
     if let Some(json) = speculative_config(exp)? {
         flag("speculative-config", json);
     }
     if !exp.kv.prefix_caching {
         argv.push("--no-enable-prefix-caching".into());
+    }
+    if needs_remote_code(&f.model.preset) {
+        argv.push("--trust-remote-code".into());
     }
     argv.extend(launch.args.iter().cloned());
     Ok(shell_line(&argv, &launch.env))

@@ -11,7 +11,9 @@
 //!   slots for draft and verify tokens.
 
 use kbench_core::arch::{ArchFamily, DraftArch, ModelArch};
-use kbench_core::experiment::{ChunkedPrefill, Experiment, KvCacheDtype, SpeculativeConfig};
+use kbench_core::experiment::{
+    ChunkedPrefill, Experiment, KvCacheDtype, ServingEngineKind, SpeculativeConfig,
+};
 use serde::Serialize;
 
 use crate::error::SimError;
@@ -80,6 +82,11 @@ fn gpu_mib(profile: &HardwareProfile) -> f64 {
     profile.gpu.memory_gib.value * 1024.0
 }
 
+/// vLLM's `--gpu-memory-utilization` when unset (vllm/config/cache.py). Its KV cache is
+/// that share less the weights and what the profiling forward peaks at; the activation
+/// peak is not deducted here, for a default as for a file's own value.
+pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+
 /// SGLang v0.5's `mem_fraction_static` when unset: GPU memory less a reserve for
 /// activations (the prefill chunk), CUDA graphs, communication and speculation.
 pub fn default_mem_fraction_static(
@@ -130,11 +137,15 @@ pub fn draft_bytes_per_token(draft: &DraftArch, tp: u32, dtype: KvCacheDtype) ->
 /// Sizes the pool; an error says why nothing is left for it.
 pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, SimError> {
     let chunk = chunked_prefill_size(exp, profile);
-    let (mf, origin) = match exp.kv.mem_fraction_static {
-        Some(f) => (f, "file"),
-        None => (
+    let (mf, origin) = match (exp.kv.mem_fraction_static, exp.engine.kind) {
+        (Some(f), _) => (f, "file"),
+        (None, ServingEngineKind::Sglang) => (
             default_mem_fraction_static(exp, profile, chunk),
             "SGLang's default for the GPU",
+        ),
+        (None, ServingEngineKind::Vllm) => (
+            VLLM_GPU_MEMORY_UTILIZATION,
+            "vLLM's default gpu_memory_utilization",
         ),
     };
     let gpu_bytes = profile.gpu.memory_gib.value * GIB;
@@ -165,6 +176,9 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
             exp.tp_size
         )));
     }
+    if exp.engine.kind == ServingEngineKind::Vllm {
+        check_vllm_max_model_len(exp, mf, pool_bytes, target + draft)?;
+    }
     let mut tokens = (pool_bytes / target as f64) as u64;
     let s = &exp.speculative;
     let speculative_slots = if s.is_speculative() {
@@ -193,6 +207,34 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
         decode_slots_per_request: decode_slots_per_request(s),
         chunked_prefill_size: chunk,
     })
+}
+
+/// vLLM starts only if one request of `max_model_len` tokens fits the KV cache
+/// (check_enough_kv_cache_memory in vllm/v1/core/kv_cache_utils.py), its default length
+/// being the model's whole context; SGLang instead caps what it admits to its pool.
+fn check_vllm_max_model_len(
+    exp: &Experiment,
+    mf: f64,
+    pool_bytes: f64,
+    bytes_per_token: u64,
+) -> Result<(), SimError> {
+    let (len, whose) = match exp.kv.max_model_len {
+        Some(n) => (n as u64, "server.max_model_len"),
+        None => (
+            exp.model.max_position_embeddings,
+            "the model's context, vLLM's default",
+        ),
+    };
+    let fits = (pool_bytes / bytes_per_token.max(1) as f64) as u64;
+    if fits >= len {
+        return Ok(());
+    }
+    Err(SimError::DoesNotFit(format!(
+        "{}: vLLM would not start: one request of max_model_len {len} ({whose}) needs {:.1} GiB of KV cache per GPU, and {:.1} GiB is left at gpu_memory_utilization {mf}; the longest that fits is {fits} tokens: set server.max_model_len (vLLM's --max-model-len) to {fits} or less, or raise mem_fraction_static (--gpu-memory-utilization) or tp_size",
+        exp.path.display(),
+        (len * bytes_per_token) as f64 / GIB,
+        pool_bytes / GIB,
+    )))
 }
 
 /// SGLang's `decode_mem_cache_buf_multiplier`; for a chain it equals vLLM's 1 + K slots

@@ -17,6 +17,7 @@ pub mod calibrate;
 pub mod client;
 pub mod corpus;
 pub mod cost;
+mod deployment;
 pub mod engine_profile;
 pub mod error;
 pub mod fidelity;
@@ -35,6 +36,7 @@ mod sched;
 pub mod sim;
 
 pub use cost::{CostModel, PassBreakdown, PassKind, RoundBreakdown, VllmStep};
+pub use deployment::check_deployment;
 pub use engine_profile::EngineProfile;
 pub use error::SimError;
 pub use open::{acceptance_for, open};

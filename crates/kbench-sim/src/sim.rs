@@ -90,17 +90,7 @@ impl SimBackend {
                 exp.path.display()
             )));
         }
-        crate::memory::check_weights_fit(
-            &profile,
-            &exp.model,
-            &exp.speculative,
-            exp.draft.as_ref(),
-            exp.tp_size,
-        )
-        .map_err(|e| match e {
-            SimError::DoesNotFit(m) => SimError::DoesNotFit(format!("{}: {m}", exp.path.display())),
-            e => e,
-        })?;
+        crate::deployment::check_weights_fit(exp, &profile)?;
         let in_file = |e: SimError| match e {
             SimError::Model(m) => SimError::Model(format!("{}: {m}", exp.path.display())),
             e => e,

@@ -61,7 +61,8 @@ fn minimax_m3_eagle3_shapes_match_the_published_checkpoints() {
 
 #[test]
 fn minimax_m3_past_its_dense_window_is_refused() {
-    let e = minimax(&["workload.input_len=8192"]);
+    // InferenceX's 8k1k runs pass --max-model-len 9472
+    let e = minimax(&["workload.input_len=8192", "server.max_model_len=9472"]);
     let err = SimBackend::new(&e, None)
         .err()
         .expect("8k prompts are refused");

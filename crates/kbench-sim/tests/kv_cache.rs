@@ -300,3 +300,59 @@ fn engine_settings_that_do_not_apply_are_refused() {
         assert!(e.to_string().contains(want), "{want}: {e}");
     }
 }
+
+/// vLLM sizes its cache from `--gpu-memory-utilization` (0.9 unless set), not SGLang's
+/// per-GPU default, and will not start unless one request of max_model_len fits it.
+#[test]
+fn vllm_sizes_its_cache_at_its_own_default_and_needs_room_for_max_model_len() {
+    let vllm = "[engine]\nname = \"vllm\"";
+    let workload = "max_tokens = 64\ninput_len = 512";
+    let benchmark = "concurrency = [1]\nrequests_per_level = 2";
+    let profile = kbench_sim::presets::resolve_profile(
+        &plain_experiment("", vllm, workload, benchmark).hardware,
+    )
+    .unwrap();
+    let h200 = plain_experiment("", vllm, workload, benchmark);
+    let pool = kbench_sim::kv::kv_pool(&h200, &profile).unwrap();
+    assert_eq!(pool.mem_fraction_static, 0.9);
+    assert!(
+        pool.mem_fraction_origin.contains("vLLM"),
+        "{}",
+        pool.mem_fraction_origin
+    );
+    let sglang = plain_experiment("", "", workload, benchmark);
+    let sglang_pool = kbench_sim::kv::kv_pool(&sglang, &profile).unwrap();
+    assert!(sglang_pool.mem_fraction_static < 0.9);
+    assert!(pool.tokens > sglang_pool.tokens);
+
+    // Kimi-K2.5's 262,144-token context needs 17 GiB of KV per GPU on the RTX PRO 6000
+    // box, where 0.9 leaves about 15
+    let on_rtx = |server: &str| {
+        let text = format!(
+            "name = \"t\"\nseed = 11\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-rtx-pro-6000-server\"\n\
+             {vllm}\n[server]\ntp_size = 8\n{server}\n[workload]\n{workload}\n[benchmark]\n{benchmark}\n"
+        );
+        load_experiment_str(&text, Path::new("test.toml"), &[])
+            .unwrap()
+            .remove(0)
+            .experiment
+    };
+    let err = SimBackend::new(&on_rtx(""), None).err().expect("refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("vLLM would not start") && message.contains("max_model_len 262144"),
+        "{message}"
+    );
+    assert!(SimBackend::new(&on_rtx("max_model_len = 131072"), None).is_ok());
+    assert!(SimBackend::new(&on_rtx("mem_fraction_static = 0.94"), None).is_ok());
+    // SGLang caps what it admits instead of refusing to start
+    let text = format!(
+        "name = \"t\"\nseed = 11\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-rtx-pro-6000-server\"\n\
+         [server]\ntp_size = 8\nmem_fraction_static = 0.88\n[workload]\n{workload}\n[benchmark]\n{benchmark}\n"
+    );
+    let exp = load_experiment_str(&text, Path::new("test.toml"), &[])
+        .unwrap()
+        .remove(0)
+        .experiment;
+    assert!(SimBackend::new(&exp, None).is_ok());
+}

@@ -165,6 +165,11 @@ pub struct ServerSection {
     /// Prompt tokens admitted per prefill batch (`--max-prefill-tokens`, default 16384).
     #[serde(default)]
     pub max_prefill_tokens: Option<u32>,
+    /// The longest request the server takes, prompt and output together (vLLM's
+    /// `--max-model-len`, SGLang's `--context-length`); default the model's whole context.
+    /// vLLM will not start unless one request of this length fits its KV cache.
+    #[serde(default)]
+    pub max_model_len: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -28,8 +28,34 @@ pub fn load_experiment_str(
     path: &Path,
     overrides: &[String],
 ) -> Result<Vec<Variant>, ExperimentError> {
-    resolve_variants(text, path, overrides)
-        .map_err(|e| blame_flag(e, overrides, |o| resolve_variants(text, path, o).err()))
+    load_selected(text, path, overrides, None)
+}
+
+/// As [`load_experiment`], resolving only the sweep variant named `only` (all of them
+/// when `None`), so another variant's error does not stand in its way. Naming a variant
+/// the file does not declare resolves nothing: the caller says which exist.
+pub fn load_experiment_variant(
+    path: &Path,
+    overrides: &[String],
+    only: Option<&str>,
+) -> Result<Vec<Variant>, ExperimentError> {
+    let text =
+        crate::input::read_text(path).map_err(|source| ExperimentError::read(path, source))?;
+    load_selected(&text, path, overrides, only)
+}
+
+fn load_selected(
+    text: &str,
+    path: &Path,
+    overrides: &[String],
+    only: Option<&str>,
+) -> Result<Vec<Variant>, ExperimentError> {
+    resolve_variants(text, path, overrides, only)
+        .map_err(|e| {
+            blame_flag(e, overrides, |o| {
+                resolve_variants(text, path, o, only).err()
+            })
+        })
         .map_err(|e| locate_arch(e, text))
 }
 
@@ -37,6 +63,7 @@ fn resolve_variants(
     text: &str,
     path: &Path,
     overrides: &[String],
+    only: Option<&str>,
 ) -> Result<Vec<Variant>, ExperimentError> {
     let base_dir = path
         .parent()
@@ -44,6 +71,7 @@ fn resolve_variants(
         .unwrap_or_else(|| PathBuf::from("."));
     variant_files_str(text, path, overrides)?
         .into_iter()
+        .filter(|(name, _)| only.is_none() || name.as_deref() == only)
         .map(|(name, file)| {
             let experiment = resolve(file, path, &base_dir).map_err(|e| match (&name, e) {
                 (
@@ -172,8 +200,15 @@ fn variant_files_str(
                 reason,
             })?;
         }
-        // Command-line overrides win over the sweep's own settings.
+        // Command-line overrides win over the sweep's own settings, except that tuning a
+        // speculation (`--set speculative.num_steps=3`) leaves a baseline variant plain:
+        // the flag is aimed at the variants that speculate, unless it names the method too.
+        let stays_plain = turns_speculation_off(&variant.set)
+            && !names_speculation_method(&override_keys(overrides));
         for assignment in overrides {
+            if stays_plain && tunes_speculation(assignment) {
+                continue;
+            }
             apply_override(&mut t, assignment)?;
         }
         check_finite(&t, path)?;
@@ -279,6 +314,22 @@ fn turns_speculation_off(set: &std::collections::BTreeMap<String, toml::Value>) 
         })
 }
 
+/// The command line chooses the speculation itself (`speculative.algorithm` or `method`).
+fn names_speculation_method(set: &std::collections::BTreeMap<String, toml::Value>) -> bool {
+    ["speculative.algorithm", "speculative.method"]
+        .iter()
+        .any(|k| set.contains_key(*k))
+}
+
+/// An override of a speculative setting that only means something with speculation on.
+fn tunes_speculation(assignment: &str) -> bool {
+    assignment
+        .split_once('=')
+        .map(|(k, _)| k.trim())
+        .and_then(|k| k.strip_prefix("speculative."))
+        .is_some_and(|k| k != "algorithm" && k != "method")
+}
+
 /// Drops the file's speculative settings that only mean something with speculation on
 /// (SGLang refuses them without an algorithm), except those the variant sets itself, so
 /// spec and baseline variants can share one file.
@@ -314,6 +365,18 @@ fn clear_speculative_keys(
 }
 
 fn parse_table(table: &toml::Table, path: &Path) -> Result<ExperimentFile, ExperimentError> {
+    // `--set engine.max_num_batched_tokens=...` on a file with no [engine] starts a section
+    // without the name every [engine] needs: say that, not serde's "missing field"
+    if let Some(toml::Value::Table(engine)) = table.get("engine") {
+        if !engine.contains_key("name") {
+            return Err(ExperimentError::Invalid {
+                path: path.into(),
+                rule: "engine.name",
+                message: "[engine] has no `name` (a file without [engine] is SGLang's; setting an engine key starts the section)".into(),
+                fix: "set engine.name = \"vllm\" or \"sglang\" as well".into(),
+            });
+        }
+    }
     ExperimentFile::deserialize_table(table).map_err(|e| {
         let message = e.message().to_string();
         schema_error(&message, path, None)

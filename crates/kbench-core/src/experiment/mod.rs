@@ -12,7 +12,8 @@ mod workload;
 pub use error::{ExperimentError, SourceSpan};
 pub use file::*;
 pub use load::{
-    apply_override, apply_overrides, load_experiment, load_experiment_str, variant_files, Variant,
+    apply_override, apply_overrides, load_experiment, load_experiment_str, load_experiment_variant,
+    variant_files, Variant,
 };
 pub use locate::{locate, value_span};
 pub use resolve::{

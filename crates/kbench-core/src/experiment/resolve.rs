@@ -121,8 +121,10 @@ pub(crate) fn resolve(
         )),
     };
 
-    // The engine decides whose speculative keys and rules apply.
-    let vllm = file.engine.as_ref().is_some_and(|e| e.name == "vllm");
+    // The engine decides whose speculative keys and rules apply, so it is known first (an
+    // unknown engine is reported as that, not as another engine's speculative rule).
+    let engine = super::workload::resolve_engine(file.engine.as_ref(), base_dir, &invalid)?;
+    let vllm = engine.kind == super::workload::ServingEngineKind::Vllm;
     let spec = if vllm {
         validate_vllm_speculative(&file.speculative, model.mtp_layers)
     } else {
@@ -176,6 +178,20 @@ pub(crate) fn resolve(
                 "add [draft] with `preset = \"kimi-k2.5-eagle3\"` (or a config path)",
             )
         })?;
+        // the heads kbench reads (presets, EAGLE-3 config.json) take three captured hidden
+        // states; vLLM's `eagle` proposer feeds one (use_aux_hidden_state_outputs is
+        // eagle3's alone in vLLM's EagleProposer), so such a head cannot load under it
+        if spec.algorithm == Algorithm::Eagle {
+            if let Some(head) = section.preset.as_ref().or(section.config.as_ref()) {
+                return Err(invalid(
+                    "speculative.method",
+                    format!(
+                        "method = \"eagle\" is EAGLE-1, over the target's last hidden state; the [draft] `{head}` is an EAGLE-3 head (it reads three captured layers)"
+                    ),
+                    "set method = \"eagle3\", or describe an EAGLE-1 head in [draft] by its dimensions",
+                ));
+            }
+        }
         let mut d = match (&section.preset, &section.config) {
             (Some(p), None) => DraftArch::preset(p)
                 .map_err(|e| arch_err("draft.preset", "[draft] preset".into(), e))?,
@@ -336,21 +352,40 @@ pub(crate) fn resolve(
     };
     let mut concurrency = Vec::with_capacity(b.concurrency.len());
     for &c in &b.concurrency {
-        if c <= 0 || c > u32::MAX as i64 {
+        if c <= 0 {
             return Err(invalid(
                 "benchmark.concurrency",
                 format!("concurrency {c} is not a positive count"),
                 "use concurrency levels of 1 or more",
             ));
         }
+        if c > u32::MAX as i64 {
+            return Err(invalid(
+                "benchmark.concurrency",
+                format!(
+                    "concurrency {c} is more streams than a level counts (at most {})",
+                    u32::MAX
+                ),
+                "use a smaller level; no server batches that many requests",
+            ));
+        }
         concurrency.push(c as u32);
     }
     let positive = |v: i64, key: &'static str| -> Result<u32, ExperimentError> {
-        if v <= 0 || v > u32::MAX as i64 {
+        if v <= 0 {
             Err(invalid(
                 key,
                 format!("{key} = {v} is not a positive count"),
                 "use 1 or more",
+            ))
+        } else if v > u32::MAX as i64 {
+            Err(invalid(
+                key,
+                format!(
+                    "{key} = {v} is more requests than a level counts (at most {})",
+                    u32::MAX
+                ),
+                "use fewer requests; a few thousand give stable percentiles",
             ))
         } else {
             Ok(v as u32)
@@ -430,8 +465,7 @@ pub(crate) fn resolve(
     let rate_sent = u64::from(counts.at_rate()) + b.warmup_requests as u64;
     let w = &file.workload;
     let workload = super::workload::resolve_workload(w, &model, path, base_dir, &invalid)?;
-    let kv = super::workload::resolve_kv(s, &invalid)?;
-    let engine = super::workload::resolve_engine(file.engine.as_ref(), base_dir, &invalid)?;
+    let kv = super::workload::resolve_kv(s, &model, &workload, &invalid)?;
     let input_len = workload.prompt_bounds();
     let longest_output = workload.lengths.output_bounds().1.min(w.max_tokens);
     // the most requests a level holds unfinished at once: its clients (or all it sends), a

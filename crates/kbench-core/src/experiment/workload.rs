@@ -68,6 +68,15 @@ pub enum KvCacheDtype {
 }
 
 impl KvCacheDtype {
+    /// The `--kv-cache-dtype` value both engines take for it; `None` for their default.
+    pub fn flag_value(self) -> Option<&'static str> {
+        match self {
+            KvCacheDtype::Bf16 => None,
+            KvCacheDtype::Fp8E4m3 => Some("fp8_e4m3"),
+            KvCacheDtype::Fp8E5m2 => Some("fp8_e5m2"),
+        }
+    }
+
     pub fn bytes(self) -> u32 {
         match self {
             KvCacheDtype::Bf16 => 2,
@@ -95,6 +104,8 @@ pub struct KvSettings {
     pub prefix_caching: bool,
     pub chunked_prefill: ChunkedPrefill,
     pub max_prefill_tokens: u32,
+    /// `None`: the model's maximum context.
+    pub max_model_len: Option<u32>,
 }
 
 /// SGLang's default `--max-prefill-tokens`.
@@ -222,8 +233,35 @@ pub(crate) fn resolve_workload(
 
 pub(crate) fn resolve_kv(
     s: &ServerSection,
+    model: &ModelArch,
+    workload: &Workload,
     invalid: Invalid,
 ) -> Result<KvSettings, ExperimentError> {
+    if let Some(len) = s.max_model_len {
+        if len == 0 || len as u64 > model.max_position_embeddings {
+            return Err(invalid(
+                "server.max_model_len",
+                format!(
+                    "max_model_len = {len} is outside 1..={}, {}'s maximum context",
+                    model.max_position_embeddings, model.name
+                ),
+                "use a length up to the model's context, or remove it",
+            ));
+        }
+        // both engines refuse a request longer than their context length
+        let (_, longest) = workload.prompt_bounds();
+        let asked = longest as u64 + workload.max_tokens as u64;
+        if asked > len as u64 {
+            return Err(invalid(
+                "server.max_model_len",
+                format!(
+                    "the longest request needs {asked} tokens ({longest} of prompt + max_tokens {}), beyond max_model_len = {len}: the server would refuse it",
+                    workload.max_tokens
+                ),
+                "raise max_model_len, or shorten the prompt or max_tokens",
+            ));
+        }
+    }
     let mem_fraction_static = match s.mem_fraction_static {
         None => None,
         Some(f) if f > 0.0 && f < 1.0 => Some(f),
@@ -284,6 +322,7 @@ pub(crate) fn resolve_kv(
         prefix_caching: s.prefix_caching.unwrap_or(true),
         chunked_prefill,
         max_prefill_tokens,
+        max_model_len: s.max_model_len,
     })
 }
 

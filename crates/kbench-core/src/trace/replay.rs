@@ -431,6 +431,7 @@ impl TraceAcceptance {
             return Ok(());
         }
         let h = &self.trace.header;
+        self.check_drafter(spec)?;
         if let Some(o) = &h.observed {
             return check_observed(o, spec);
         }
@@ -459,6 +460,32 @@ impl TraceAcceptance {
         .map_err(|e| TraceError::Config {
             message: e.to_string(),
         })
+    }
+
+    /// A trace replays the drafter it was made for: an n-gram trace (one that says how
+    /// often a prompt lookup matches) is not an EAGLE or MTP head's acceptance, and a trace
+    /// whose draft is a model's head is not prompt lookup's, which proposes 0..K tokens.
+    fn check_drafter(&self, spec: &SpeculativeConfig) -> Result<(), TraceError> {
+        use crate::experiment::Algorithm;
+        let draft = &self.trace.header.provenance.draft;
+        if self.match_rate.is_some() && spec.algorithm.drafts_on_gpu() {
+            return Err(TraceError::Config {
+                message: format!(
+                    "the trace is n-gram prompt lookup's (draft: {draft}; it records how often a lookup matches), and the file drafts with {}: use a trace of that draft",
+                    spec.algorithm.vllm_method().unwrap_or("a model")
+                ),
+            });
+        }
+        let lower = draft.to_ascii_lowercase();
+        let names_a_head = ["eagle", "mtp", "nextn"].iter().any(|h| lower.contains(h));
+        if spec.algorithm == Algorithm::Ngram && self.match_rate.is_none() && names_a_head {
+            return Err(TraceError::Config {
+                message: format!(
+                    "the trace records a draft model's acceptance (draft: {draft}), and the file drafts with n-gram prompt lookup: use an n-gram trace (synthesized with a match_rate, as traces/ngram-illustrative.synth.kbt is)"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The sequence a request replays: a pure function of (seed, request id).

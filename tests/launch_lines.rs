@@ -1,0 +1,187 @@
+//! `kbench sglang-args` and `kbench vllm-args`: the launch line carries every server
+//! setting the simulator uses, in the engine's own flag names, and is printed only for a
+//! deployment that would start.
+
+mod common;
+
+use common::{kbench, repo_root};
+
+fn args_of(command: &str, file: &str, extra: &[&str]) -> (i32, String, String) {
+    let mut a = vec![command, file];
+    a.extend_from_slice(extra);
+    let out = kbench(&repo_root(), &a);
+    assert!(!out.2.contains("panicked"), "{}", out.2);
+    out
+}
+
+fn sets(pairs: &[&'static str]) -> Vec<&'static str> {
+    pairs.iter().flat_map(|p| ["--set", *p]).collect()
+}
+
+#[test]
+fn sglang_args_carries_the_kv_pool_and_prefill_settings() {
+    let extra = sets(&[
+        "server.mem_fraction_static=0.85",
+        "server.max_total_tokens=200000",
+        "server.kv_cache_dtype=\"fp8_e4m3\"",
+        "server.chunked_prefill_size=4096",
+        "server.max_prefill_tokens=8192",
+        "server.prefix_caching=false",
+        "server.max_model_len=65536",
+    ]);
+    let (code, out, err) = args_of("sglang-args", "experiments/topk1_v2.toml", &extra);
+    assert_eq!(code, 0, "{err}");
+    for flag in [
+        "--mem-fraction-static 0.85",
+        "--max-total-tokens 200000",
+        "--kv-cache-dtype fp8_e4m3",
+        "--chunked-prefill-size 4096",
+        "--max-prefill-tokens 8192",
+        "--context-length 65536",
+        "--disable-radix-cache",
+        // Kimi's tokenizer is code in its repository
+        "--trust-remote-code",
+    ] {
+        assert!(out.contains(flag), "{flag} missing: {out}");
+    }
+    // unset settings are left to SGLang's defaults, not restated
+    let (_, plain, _) = args_of("sglang-args", "experiments/topk1_v2.toml", &[]);
+    for flag in [
+        "--mem-fraction-static",
+        "--chunked-prefill-size",
+        "--disable-radix-cache",
+    ] {
+        assert!(!plain.contains(flag), "{flag} present: {plain}");
+    }
+}
+
+#[test]
+fn no_cuda_graphs_is_said_in_each_engines_words() {
+    let extra = sets(&["server.cuda_graph_max_bs=0"]);
+    let (_, sglang, _) = args_of("sglang-args", "experiments/topk1_v2.toml", &extra);
+    assert!(sglang.contains("--disable-cuda-graph"), "{sglang}");
+    assert!(!sglang.contains("--cuda-graph-max-bs"), "{sglang}");
+    let mut extra = vec!["--variant", "eagle3-k3"];
+    extra.extend(sets(&["server.cuda_graph_max_bs=0"]));
+    let (_, vllm, _) = args_of("vllm-args", "experiments/vllm_eagle3.toml", &extra);
+    assert!(vllm.contains("--enforce-eager"), "{vllm}");
+    assert!(!vllm.contains("--max-cudagraph-capture-size"), "{vllm}");
+}
+
+#[test]
+fn tuning_speculation_with_set_leaves_a_sweeps_plain_variant_plain() {
+    let mut extra = vec!["--variant", "eagle3-k3"];
+    extra.extend(sets(&["speculative.num_speculative_tokens=5"]));
+    let (code, out, err) = args_of("vllm-args", "experiments/vllm_eagle3.toml", &extra);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.matches("# variant").count(), 1, "{out}");
+    assert!(out.contains(r#""num_speculative_tokens":5"#), "{out}");
+    // every variant: the speculating ones take the flag, the plain ones stay plain
+    let extra = sets(&["speculative.num_speculative_tokens=5"]);
+    let (code, out, err) = args_of("vllm-args", "experiments/vllm_eagle3.toml", &extra);
+    assert_eq!(code, 0, "{err}");
+    let plain = out
+        .split("# variant ")
+        .find(|v| v.starts_with("plain\n"))
+        .expect("the plain variant");
+    assert!(!plain.contains("--speculative-config"), "{plain}");
+    assert_eq!(
+        out.matches(r#""num_speculative_tokens":5"#).count(),
+        3,
+        "{out}"
+    );
+    // naming the algorithm on the command line turns every variant's speculation on
+    let extra = sets(&[
+        "speculative.algorithm=\"EAGLE3\"",
+        "speculative.num_steps=3",
+        "speculative.eagle_topk=1",
+        "speculative.num_draft_tokens=4",
+    ]);
+    let (code, out, err) = args_of("sglang-args", "experiments/spec_vs_plain.toml", &extra);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.matches("# variant").count(), 3, "{out}");
+    assert_eq!(out.matches("--speculative-num-steps 3").count(), 3, "{out}");
+}
+
+#[test]
+fn a_deployment_that_would_not_start_prints_no_line() {
+    // Kimi-K2.5 does not fit 4 RTX PRO 6000s
+    let (code, out, err) = args_of(
+        "sglang-args",
+        "experiments/topk1_v2.toml",
+        &sets(&["server.tp_size=4"]),
+    );
+    assert_eq!(code, 3, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("does not fit"), "{err}");
+    // one variant that cannot launch: nothing of the others is printed either
+    let (code, out, err) = args_of(
+        "vllm-args",
+        "experiments/vllm_eagle3.toml",
+        &sets(&["hardware.preset=\"no-such-gpu\""]),
+    );
+    assert_eq!(code, 3, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("unknown hardware preset `no-such-gpu`"),
+        "{err}"
+    );
+    // vLLM refuses to start when one request of max_model_len (Kimi's 262,144 by default)
+    // does not fit its KV cache: at 0.9 on the RTX PRO 6000 box it does not
+    let mut extra = vec!["--variant", "eagle3-k3"];
+    extra.extend(sets(&["server.mem_fraction_static=0.9"]));
+    let (code, out, err) = args_of("vllm-args", "experiments/vllm_eagle3.toml", &extra);
+    assert_eq!(code, 3, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("vLLM would not start") && err.contains("server.max_model_len"),
+        "{err}"
+    );
+    extra.extend(sets(&["server.max_model_len=32768"]));
+    let (code, out, err) = args_of("vllm-args", "experiments/vllm_eagle3.toml", &extra);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("--max-model-len 32768"), "{out}");
+    assert!(out.contains("--gpu-memory-utilization 0.9"), "{out}");
+}
+
+#[test]
+fn the_other_engines_file_is_refused_without_a_settings_prefix() {
+    let (code, out, err) = args_of("sglang-args", "experiments/vllm_eagle3.toml", &[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("`kbench vllm-args` prints its launch line"),
+        "{err}"
+    );
+    assert!(!err.contains("[backend.http]"), "{err}");
+}
+
+#[test]
+fn an_engine_experiment_creates_its_model_before_its_launch_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tiny.toml");
+    let text = std::fs::read_to_string(repo_root().join("experiments/engine_tiny.toml"))
+        .unwrap()
+        .replace("../target/models/tiny", "model");
+    std::fs::write(&file, text).unwrap();
+    let (code, out, err) = kbench(dir.path(), &["sglang-args", "tiny.toml"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(dir.path().join("model/config.json").is_file(), "{err}");
+    assert!(out.contains("--speculative-draft-model-path"), "{out}");
+}
+
+/// `kbench validate` checks a launch line without running it: a file that launches a
+/// 1T-parameter server is not loaded onto eight GPUs only to be stopped.
+#[test]
+fn validate_checks_the_launch_line_without_starting_the_server() {
+    let file = "experiments/http_tiny.toml";
+    let extra = sets(&["backend.http.launch.command=[\"kbench-no-such-server\"]"]);
+    let (code, out, err) = args_of("validate", file, &extra);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ok: "), "{out}");
+    // what the launch line needs is still checked
+    let extra = sets(&["backend.http.launch.command=[]"]);
+    let (code, _, err) = args_of("validate", file, &extra);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("`command` is empty"), "{err}");
+}
