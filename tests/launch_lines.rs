@@ -64,7 +64,10 @@ fn no_cuda_graphs_is_said_in_each_engines_words() {
     let mut extra = vec!["--variant", "eagle3-k3"];
     extra.extend(sets(&["server.cuda_graph_max_bs=0"]));
     let (_, vllm, _) = args_of("vllm-args", "experiments/vllm_eagle3.toml", &extra);
-    assert!(vllm.contains("--enforce-eager"), "{vllm}");
+    assert!(
+        vllm.contains(r#"--compilation-config '{"cudagraph_mode":"NONE"}'"#),
+        "{vllm}"
+    );
     assert!(!vllm.contains("--max-cudagraph-capture-size"), "{vllm}");
 }
 
@@ -184,4 +187,57 @@ fn validate_checks_the_launch_line_without_starting_the_server() {
     let (code, _, err) = args_of("validate", file, &extra);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("`command` is empty"), "{err}");
+}
+
+/// A sweep whose base file is plain and whose variant turns speculation on: a speculative
+/// `--set` tunes the variant and leaves the base plain.
+#[test]
+fn a_plain_base_stays_plain_under_a_speculative_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(repo_root().join("experiments/baseline.toml")).unwrap();
+    let sweep = r#"
+[sweep]
+[[sweep.variants]]
+name = "base"
+set = {}
+
+[[sweep.variants]]
+name = "chain"
+set = { "speculative.algorithm" = "EAGLE3", "speculative.num_steps" = 2, "speculative.eagle_topk" = 1, "speculative.num_draft_tokens" = 3, "draft.preset" = "kimi-k2.5-eagle3" }
+"#;
+    std::fs::write(dir.path().join("sweep.toml"), format!("{text}{sweep}")).unwrap();
+    let file = dir.path().join("sweep.toml");
+    let (code, out, err) = args_of(
+        "sglang-args",
+        file.to_str().unwrap(),
+        &sets(&["speculative.num_steps=3", "speculative.num_draft_tokens=4"]),
+    );
+    assert_eq!(code, 0, "{err}");
+    let base = out.split("# variant chain").next().unwrap();
+    assert!(!base.contains("--speculative"), "{out}");
+    assert!(out.contains("--speculative-num-steps 3"), "{out}");
+}
+
+/// A line for the other engine meets that engine's start-up rules, and keys it has no flag
+/// for are named rather than dropped in silence.
+#[test]
+fn a_line_for_the_other_engine_meets_that_engines_rules() {
+    // an SGLang file (no [engine]) asked for its vLLM line: vLLM's 0.9 and Kimi's
+    // 262,144-token default context do not fit the RTX PRO 6000 box
+    let (code, out, err) = args_of("vllm-args", "experiments/baseline.toml", &[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("vLLM would not start"), "{err}");
+    let extra = sets(&["server.max_model_len=4096", "server.max_total_tokens=10000"]);
+    let (code, out, err) = args_of("vllm-args", "experiments/baseline.toml", &extra);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("--max-model-len 4096"), "{out}");
+    assert!(!out.contains("10000"), "{out}");
+    assert!(
+        err.contains("note: server.max_total_tokens is SGLang's"),
+        "{err}"
+    );
+    // SGLang caps what it admits: the same file's own line needs no max_model_len
+    let (code, _, err) = args_of("sglang-args", "experiments/baseline.toml", &[]);
+    assert_eq!(code, 0, "{err}");
 }

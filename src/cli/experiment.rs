@@ -120,6 +120,7 @@ fn every_request_failed(reports: &[Report]) -> Option<CliError> {
 /// third variant cannot launch prints nothing rather than two lines and an error.
 pub fn launch_args(
     args: SglangArgsArgs,
+    engine: kbench_core::experiment::ServingEngineKind,
     command: fn(&kbench_core::experiment::Experiment) -> Result<String, kbench_http::Error>,
 ) -> CliResult<()> {
     super::engine::prepare_models(&args.file, &args.set)?;
@@ -157,7 +158,11 @@ pub fn launch_args(
         let line = command(&v.experiment)
             .map_err(|e| CliError::from_error(&e))
             .map_err(in_variant)?;
-        kbench_sim::check_deployment(&v.experiment)
+        // the line starts `engine`, whichever engine the file simulates: its start-up rules
+        // (vLLM's max_model_len check, its memory default) are the ones to meet
+        let mut launched = v.experiment.clone();
+        launched.engine.kind = engine;
+        kbench_sim::check_deployment(&launched)
             .map_err(|e| CliError::from_error(&e))
             .map_err(in_variant)?;
         lines.push((v.name.as_deref(), line));
@@ -168,7 +173,35 @@ pub fn launch_args(
         }
         println!("{line}");
     }
+    if engine == kbench_core::experiment::ServingEngineKind::Vllm {
+        for key in sglang_only_server_keys(&chosen) {
+            eprintln!(
+                "note: server.{key} is SGLang's and has no `vllm serve` flag; it is not in the line (vLLM sizes its cache from --gpu-memory-utilization and budgets prefill with --max-num-batched-tokens)"
+            );
+        }
+    }
     Ok(())
+}
+
+/// The `[server]` keys some chosen variant sets that only SGLang takes.
+fn sglang_only_server_keys(variants: &[&Variant]) -> Vec<&'static str> {
+    let set = |pick: fn(&kbench_core::experiment::ServerSection) -> bool| {
+        variants.iter().any(|v| pick(&v.experiment.file.server))
+    };
+    [
+        ("max_total_tokens", set(|s| s.max_total_tokens.is_some())),
+        (
+            "chunked_prefill_size",
+            set(|s| s.chunked_prefill_size.is_some()),
+        ),
+        (
+            "max_prefill_tokens",
+            set(|s| s.max_prefill_tokens.is_some()),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(key, is_set)| is_set.then_some(key))
+    .collect()
 }
 
 /// Runs every variant of an experiment file with `--set`-style overrides: what

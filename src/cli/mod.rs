@@ -23,6 +23,7 @@ use clap::Parser;
 pub use args::Cli;
 use args::Command;
 use error::CliResult;
+use kbench_core::experiment::ServingEngineKind;
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
@@ -57,8 +58,16 @@ fn dispatch(cli: Cli) -> CliResult<()> {
         Command::Generate(a) => engine::generate(a),
         Command::Kernels(k) => engine::kernels_command(k),
         Command::Serve(a) => serve::run(a),
-        Command::SglangArgs(a) => experiment::launch_args(a, kbench_http::launch::sglang_command),
-        Command::VllmArgs(a) => experiment::launch_args(a, kbench_http::vllm_args::vllm_command),
+        Command::SglangArgs(a) => experiment::launch_args(
+            a,
+            ServingEngineKind::Sglang,
+            kbench_http::launch::sglang_command,
+        ),
+        Command::VllmArgs(a) => experiment::launch_args(
+            a,
+            ServingEngineKind::Vllm,
+            kbench_http::vllm_args::vllm_command,
+        ),
         Command::Compare(a) => compare::run(a),
         Command::Fidelity(a) => fidelity::run(a),
         Command::Search(a) => search::run(a),

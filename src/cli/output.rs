@@ -38,6 +38,9 @@ pub fn check_output_paths<'a>(paths: impl IntoIterator<Item = &'a Path>) -> CliR
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
+        if dir.exists() && !dir.is_dir() {
+            return Err(unwritable(format!("{} is not a directory", dir.display())));
+        }
         if !dir.is_dir() {
             return Err(unwritable(format!(
                 "the directory {} does not exist",

@@ -105,9 +105,14 @@ pub(crate) fn hub_id(preset: &str) -> Option<&'static str> {
 /// Checkpoints whose hub repository carries its own Python code that both engines must be
 /// allowed to run: Kimi-K2.5's tokenizer (tokenization_kimi.py; every launch line on the
 /// rtx6kpro pages passes the flag) and DeepSeek-V3's configuration_deepseek.py (SGLang's
-/// DeepSeek guide launches it with the flag).
-pub(crate) fn needs_remote_code(preset: &Option<String>) -> bool {
-    matches!(preset.as_deref(), Some("kimi-k2.5" | "deepseek-v3"))
+/// DeepSeek guide launches it with the flag), and MiniMax-M3 (its model card asks for
+/// trust_remote_code; docs/research/models.md). A flag the launch settings already pass is
+/// not repeated.
+pub(crate) fn needs_remote_code(preset: &Option<String>, extra_args: &[String]) -> bool {
+    matches!(
+        preset.as_deref(),
+        Some("kimi-k2.5" | "deepseek-v3" | "minimax-m3")
+    ) && !extra_args.iter().any(|a| a == "--trust-remote-code")
 }
 
 /// Where a checkpoint comes from: an explicit path, the directory of a config file, or a
@@ -249,7 +254,7 @@ pub fn command_line(
     if !exp.kv.prefix_caching {
         argv.push("--disable-radix-cache".into());
     }
-    if needs_remote_code(&f.model.preset) {
+    if needs_remote_code(&f.model.preset, &l.args) {
         argv.push("--trust-remote-code".into());
     }
     // spec v1: SGLang releases whose overlapped v2 worker is the default (their

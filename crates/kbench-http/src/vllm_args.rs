@@ -95,8 +95,12 @@ pub fn vllm_command(exp: &Experiment) -> Result<String, HttpError> {
         flag("gpu-memory-utilization", m.to_string());
     }
     match f.server.cuda_graph_max_bs {
-        // no batch is small enough for a graph: every forward runs eager
-        Some(0) => argv.push("--enforce-eager".into()),
+        // no batch is small enough for a graph: every forward runs eager, torch.compile
+        // kept (--enforce-eager would drop it too)
+        Some(0) => {
+            argv.push("--compilation-config".into());
+            argv.push(r#"{"cudagraph_mode":"NONE"}"#.into());
+        }
         Some(n) => flag("max-cudagraph-capture-size", n.to_string()),
         None => {}
     }
@@ -113,7 +117,7 @@ pub fn vllm_command(exp: &Experiment) -> Result<String, HttpError> {
     if !exp.kv.prefix_caching {
         argv.push("--no-enable-prefix-caching".into());
     }
-    if needs_remote_code(&f.model.preset) {
+    if needs_remote_code(&f.model.preset, &launch.args) {
         argv.push("--trust-remote-code".into());
     }
     argv.extend(launch.args.iter().cloned());

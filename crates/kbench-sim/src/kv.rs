@@ -229,8 +229,15 @@ fn check_vllm_max_model_len(
     if fits >= len {
         return Ok(());
     }
+    let (_, longest) = exp.workload.prompt_bounds();
+    let needed = longest as u64 + exp.workload.max_tokens as u64;
+    let fix = if fits >= needed {
+        format!("set server.max_model_len (vLLM's --max-model-len) to {fits} or less (the longest request here needs {needed}), or raise mem_fraction_static (--gpu-memory-utilization) or tp_size")
+    } else {
+        format!("the longest request here needs {needed} tokens, more than fit: raise mem_fraction_static (--gpu-memory-utilization) or tp_size, or use kv_cache_dtype = \"fp8_e4m3\"")
+    };
     Err(SimError::DoesNotFit(format!(
-        "{}: vLLM would not start: one request of max_model_len {len} ({whose}) needs {:.1} GiB of KV cache per GPU, and {:.1} GiB is left at gpu_memory_utilization {mf}; the longest that fits is {fits} tokens: set server.max_model_len (vLLM's --max-model-len) to {fits} or less, or raise mem_fraction_static (--gpu-memory-utilization) or tp_size",
+        "{}: vLLM would not start: one request of max_model_len {len} ({whose}) needs {:.1} GiB of KV cache per GPU, and {:.1} GiB is left at gpu_memory_utilization {mf}; the longest that fits is {fits} tokens: {fix}",
         exp.path.display(),
         (len * bytes_per_token) as f64 / GIB,
         pool_bytes / GIB,

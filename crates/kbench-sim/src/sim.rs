@@ -629,13 +629,13 @@ impl Session for SimSession<'_> {
             .unwrap_or(self.now)
             .min(self.now);
         let sent = match self.last_sent {
-            Some(last) => ready.max(last + self.b.client_send_interval_ns),
+            Some(last) => ready.max(last.saturating_add(self.b.client_send_interval_ns)),
             None => ready,
         };
         self.last_sent = Some(sent);
         let reaches = sent
-            + self.b.client_to_scheduler_ns
-            + self.b.cost.engine.admission_delay_ns(request.input_len);
+            .saturating_add(self.b.client_to_scheduler_ns)
+            .saturating_add(self.b.cost.engine.admission_delay_ns(request.input_len));
         let live = Live::new(request, ready);
         if reaches <= self.now {
             self.waiting.push_back(live);

@@ -172,6 +172,9 @@ fn variant_files_str(
     let _: ExperimentFile = toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
     let mut table: toml::Table =
         toml::from_str(text).map_err(|e| from_toml_error(e, text, path))?;
+    // a variant starts from the file as written: the command line is applied after the
+    // variant's own settings, knowing whether the variant speculates
+    let as_written = table.clone();
     apply_overrides(&mut table, overrides)?;
     check_finite(&table, path)?;
     let base = parse_table(&table, path).map_err(|e| name_override_section(e, overrides))?;
@@ -188,8 +191,9 @@ fn variant_files_str(
         });
     }
     let mut out = Vec::with_capacity(sweep.variants.len());
+    let command_line = override_keys(overrides);
     for variant in &sweep.variants {
-        let mut t = table.clone();
+        let mut t = as_written.clone();
         t.remove("sweep");
         if turns_speculation_off(&variant.set) {
             clear_speculative_keys(&mut t, &variant.set);
@@ -201,10 +205,12 @@ fn variant_files_str(
             })?;
         }
         // Command-line overrides win over the sweep's own settings, except that tuning a
-        // speculation (`--set speculative.num_steps=3`) leaves a baseline variant plain:
-        // the flag is aimed at the variants that speculate, unless it names the method too.
-        let stays_plain = turns_speculation_off(&variant.set)
-            && !names_speculation_method(&override_keys(overrides));
+        // speculation (`--set speculative.num_steps=3`) leaves a plain variant plain: the
+        // flag is aimed at the variants that speculate, unless it names the method too.
+        let stays_plain = !speculates(&t) && !names_speculation_method(&command_line);
+        if turns_speculation_off(&command_line) {
+            clear_speculative_keys(&mut t, &command_line);
+        }
         for assignment in overrides {
             if stays_plain && tunes_speculation(assignment) {
                 continue;
@@ -312,6 +318,19 @@ fn turns_speculation_off(set: &std::collections::BTreeMap<String, toml::Value>) 
                 .and_then(|v| v.as_str())
                 .is_some_and(|a| a.eq_ignore_ascii_case("none"))
         })
+}
+
+/// The table, as a variant made it, names a speculative algorithm or method other than
+/// `none` (a plain variant sets it to none, or its file never had one).
+fn speculates(t: &toml::Table) -> bool {
+    let Some(toml::Value::Table(spec)) = t.get("speculative") else {
+        return false;
+    };
+    ["algorithm", "method"].iter().any(|k| {
+        spec.get(*k)
+            .and_then(|v| v.as_str())
+            .is_some_and(|a| !a.eq_ignore_ascii_case("none"))
+    })
 }
 
 /// The command line chooses the speculation itself (`speculative.algorithm` or `method`).

@@ -75,6 +75,10 @@ pub const DEFAULT_MAX_RUNNING_REQUESTS: u32 = 1024;
 /// SGLang's default when the file does not say (it depends on GPU memory; stated as assumed).
 pub const DEFAULT_CUDA_GRAPH_MAX_BS: u32 = 160;
 
+/// The longest a rate level's arrivals may span: a thirtieth of what u64 nanoseconds hold,
+/// room for the gamma draw's tail and the serving after the last arrival.
+const MAX_LEVEL_SPAN_S: f64 = 1e9;
+
 pub(crate) fn resolve(
     file: ExperimentFile,
     path: &Path,
@@ -399,6 +403,25 @@ pub(crate) fn resolve(
         .requests_per_client
         .map(|n| positive(n, "benchmark.requests_per_client"))
         .transpose()?;
+    // virtual time is integer nanoseconds (584 years in a u64): a level whose arrivals
+    // alone would span decades is refused rather than overflowing it
+    if let Some(per_level) = requests_per_level {
+        let sent = per_level as f64 + b.warmup_requests.max(0) as f64;
+        if let Some(&r) = b
+            .request_rate
+            .iter()
+            .find(|&&r| sent / r > MAX_LEVEL_SPAN_S)
+        {
+            return Err(invalid(
+                "benchmark.request_rate",
+                format!(
+                    "request_rate {r:e} sends {sent} requests over about {:.1e} s, past the {MAX_LEVEL_SPAN_S:.0e} s a level's virtual clock covers",
+                    sent / r
+                ),
+                "use a higher rate or fewer requests",
+            ));
+        }
+    }
     let counts = crate::harness::LevelRequests {
         per_level: requests_per_level,
         per_client: requests_per_client,
@@ -465,7 +488,7 @@ pub(crate) fn resolve(
     let rate_sent = u64::from(counts.at_rate()) + b.warmup_requests as u64;
     let w = &file.workload;
     let workload = super::workload::resolve_workload(w, &model, path, base_dir, &invalid)?;
-    let kv = super::workload::resolve_kv(s, &model, &workload, &invalid)?;
+    let kv = super::workload::resolve_kv(s, &model, &workload, engine.kind, &invalid)?;
     let input_len = workload.prompt_bounds();
     let longest_output = workload.lengths.output_bounds().1.min(w.max_tokens);
     // the most requests a level holds unfinished at once: its clients (or all it sends), a

@@ -235,6 +235,7 @@ pub(crate) fn resolve_kv(
     s: &ServerSection,
     model: &ModelArch,
     workload: &Workload,
+    engine: ServingEngineKind,
     invalid: Invalid,
 ) -> Result<KvSettings, ExperimentError> {
     if let Some(len) = s.max_model_len {
@@ -248,10 +249,16 @@ pub(crate) fn resolve_kv(
                 "use a length up to the model's context, or remove it",
             ));
         }
-        // both engines refuse a request longer than their context length
         let (_, longest) = workload.prompt_bounds();
         let asked = longest as u64 + workload.max_tokens as u64;
-        if asked > len as u64 {
+        // SGLang refuses prompt + max_new_tokens reaching its context length
+        // (TokenizerManager._validate_one_request: `>= _max_req_len`), vLLM only beyond
+        // max_model_len
+        let refused = match engine {
+            ServingEngineKind::Sglang => asked >= len as u64,
+            ServingEngineKind::Vllm => asked > len as u64,
+        };
+        if refused {
             return Err(invalid(
                 "server.max_model_len",
                 format!(

@@ -462,26 +462,17 @@ impl TraceAcceptance {
         })
     }
 
-    /// A trace replays the drafter it was made for: an n-gram trace (one that says how
-    /// often a prompt lookup matches) is not an EAGLE or MTP head's acceptance, and a trace
-    /// whose draft is a model's head is not prompt lookup's, which proposes 0..K tokens.
+    /// An n-gram trace (one that says how often a prompt lookup matches) is not an EAGLE
+    /// or MTP head's acceptance. The converse is not judged: a trace's `draft` is free
+    /// text (a live recording names the file's `[draft]` even under n-gram), so a head's
+    /// name in it proves nothing.
     fn check_drafter(&self, spec: &SpeculativeConfig) -> Result<(), TraceError> {
-        use crate::experiment::Algorithm;
         let draft = &self.trace.header.provenance.draft;
         if self.match_rate.is_some() && spec.algorithm.drafts_on_gpu() {
             return Err(TraceError::Config {
                 message: format!(
                     "the trace is n-gram prompt lookup's (draft: {draft}; it records how often a lookup matches), and the file drafts with {}: use a trace of that draft",
                     spec.algorithm.vllm_method().unwrap_or("a model")
-                ),
-            });
-        }
-        let lower = draft.to_ascii_lowercase();
-        let names_a_head = ["eagle", "mtp", "nextn"].iter().any(|h| lower.contains(h));
-        if spec.algorithm == Algorithm::Ngram && self.match_rate.is_none() && names_a_head {
-            return Err(TraceError::Config {
-                message: format!(
-                    "the trace records a draft model's acceptance (draft: {draft}), and the file drafts with n-gram prompt lookup: use an n-gram trace (synthesized with a match_rate, as traces/ngram-illustrative.synth.kbt is)"
                 ),
             });
         }
