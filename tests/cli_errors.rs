@@ -573,6 +573,20 @@ fn experiment_flags_and_outputs_are_checked_before_the_run() {
     let (code, err) = run(&["--json", "."]);
     assert_eq!(code, 5, "{err}");
     assert!(err.contains("it is a directory"), "{err}");
+    // a recording, minutes long, is not made only to find nowhere to write it
+    let (code, _, err) = kbench(
+        dir.path(),
+        &[
+            "trace",
+            "record",
+            "--model",
+            "no-such-model",
+            "-o",
+            "missing/t.kbt",
+        ],
+    );
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("cannot write missing/t.kbt"), "{err}");
 }
 
 /// A rate so low that a level's arrivals would span past what integer nanoseconds hold is

@@ -440,7 +440,10 @@ pub fn validate(args: ValidateArgs) -> CliResult<()> {
     super::engine::prepare_models(&args.file, &args.set)?;
     let variants = load_experiment(&args.file, &args.set).map_err(|e| spec_error(&e))?;
     for v in &variants {
-        super::backends::check_backend(&v.experiment)?;
+        super::backends::check_backend(&v.experiment).map_err(|e| match &v.name {
+            Some(name) => e.prefixed(format!("variant `{name}`")),
+            None => e,
+        })?;
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -14,8 +14,16 @@ pub fn run(cmd: TraceCommand) -> CliResult<()> {
         TraceCommand::Synth(a) => synth(a),
         TraceCommand::Stats(a) => stats(a),
         TraceCommand::Convert(a) => convert(a),
-        TraceCommand::Record(a) if a.experiment.is_some() => record_live(a),
-        TraceCommand::Record(a) => super::engine::record_trace(a),
+        // a recording runs minutes against a server or the engine: where it goes is
+        // checked first
+        TraceCommand::Record(a) => {
+            super::output::check_output_paths([a.out.as_path()])?;
+            if a.experiment.is_some() {
+                record_live(a)
+            } else {
+                super::engine::record_trace(a)
+            }
+        }
     }
 }
 
