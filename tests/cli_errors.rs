@@ -557,6 +557,12 @@ fn experiment_flags_and_outputs_are_checked_before_the_run() {
         err.contains("concurrency -1 is not a positive count"),
         "{err}"
     );
+    let (code, err) = run(&["--max-tokens", "5000000000"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("more output tokens than a request can ask"),
+        "{err}"
+    );
     let (code, err) = run(&["--request-rate", "nan"]);
     assert_eq!(code, 2, "{err}");
     assert!(

@@ -402,6 +402,15 @@ fn command_line_overrides(args: &ExperimentArgs) -> CliResult<Vec<(String, Strin
                 format!("--max-tokens {n}: must be 1 or more"),
             ));
         }
+        if n > u32::MAX as i64 {
+            return Err(CliError::new(
+                exit::USAGE,
+                format!(
+                    "--max-tokens {n}: more output tokens than a request can ask (at most {}, and no model's context holds that many)",
+                    u32::MAX
+                ),
+            ));
+        }
         o.push((
             format!("workload.max_tokens={n}"),
             format!("--max-tokens {n}"),
