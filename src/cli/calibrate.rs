@@ -12,7 +12,7 @@ use super::fidelity::corpus_paths;
 use super::output::write_json;
 
 pub fn run(a: CalibrateArgs) -> CliResult<()> {
-    super::output::check_output_paths(a.json.iter().map(|p| p.as_path()))?;
+    super::output::check_output_paths(&a.json)?;
     let sim_error = |e: kbench_sim::SimError| CliError::from_error(&e);
     let files: Vec<PathBuf> = corpus_paths(&a.files)?;
     let corpora = files

@@ -30,7 +30,7 @@ pub fn run(args: CompareArgs) -> CliResult<()> {
             reports.push(r);
         }
     }
-    super::output::check_output_paths(args.plot.iter().map(|p| p.as_path()))?;
+    super::output::check_output_paths(&args.plot)?;
     if reports.len() < 2 {
         return Err(CliError::new(
             exit::INVALID_INPUT,

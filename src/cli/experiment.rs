@@ -15,12 +15,7 @@ use super::progress::LevelProgress;
 use super::render;
 
 pub fn run(args: ExperimentArgs) -> CliResult<()> {
-    check_output_paths(
-        [&args.json, &args.csv, &args.plot]
-            .into_iter()
-            .flatten()
-            .map(|p| p.as_path()),
-    )?;
+    check_output_paths([&args.json, &args.csv, &args.plot].into_iter().flatten())?;
     let (overrides, labels): (Vec<String>, Vec<String>) =
         command_line_overrides(&args)?.into_iter().unzip();
     super::interrupt::install();
@@ -148,23 +143,19 @@ pub fn launch_args(
             ),
         ));
     }
-    let chosen: Vec<&Variant> = variants.iter().collect();
-    let mut lines = Vec::with_capacity(chosen.len());
-    for v in &chosen {
-        let in_variant = |e: CliError| match &v.name {
-            Some(name) => e.prefixed(format!("variant `{name}`")),
-            None => e,
-        };
+    let mut lines = Vec::with_capacity(variants.len());
+    for v in &variants {
+        let named = |e| in_variant(v, e);
         let line = command(&v.experiment)
             .map_err(|e| CliError::from_error(&e))
-            .map_err(in_variant)?;
+            .map_err(named)?;
         // the line starts `engine`, whichever engine the file simulates: its start-up rules
         // (vLLM's max_model_len check, its memory default) are the ones to meet
         let mut launched = v.experiment.clone();
         launched.engine.kind = engine;
         kbench_sim::check_deployment(&launched)
             .map_err(|e| CliError::from_error(&e))
-            .map_err(in_variant)?;
+            .map_err(named)?;
         lines.push((v.name.as_deref(), line));
     }
     for (name, line) in lines {
@@ -174,7 +165,7 @@ pub fn launch_args(
         println!("{line}");
     }
     if engine == kbench_core::experiment::ServingEngineKind::Vllm {
-        for key in sglang_only_server_keys(&chosen) {
+        for key in sglang_only_server_keys(&variants) {
             eprintln!(
                 "note: server.{key} is SGLang's and has no `vllm serve` flag; it is not in the line (vLLM sizes its cache from --gpu-memory-utilization and budgets prefill with --max-num-batched-tokens)"
             );
@@ -183,8 +174,16 @@ pub fn launch_args(
     Ok(())
 }
 
+/// A variant's error, named by its variant in a sweep.
+fn in_variant(v: &Variant, e: CliError) -> CliError {
+    match &v.name {
+        Some(name) => e.prefixed(format!("variant `{name}`")),
+        None => e,
+    }
+}
+
 /// The `[server]` keys some chosen variant sets that only SGLang takes.
-fn sglang_only_server_keys(variants: &[&Variant]) -> Vec<&'static str> {
+fn sglang_only_server_keys(variants: &[Variant]) -> Vec<&'static str> {
     let set = |pick: fn(&kbench_core::experiment::ServerSection) -> bool| {
         variants.iter().any(|v| pick(&v.experiment.file.server))
     };
@@ -449,10 +448,7 @@ pub fn validate(args: ValidateArgs) -> CliResult<()> {
     super::engine::prepare_models(&args.file, &args.set)?;
     let variants = load_experiment(&args.file, &args.set).map_err(|e| spec_error(&e))?;
     for v in &variants {
-        super::backends::check_backend(&v.experiment).map_err(|e| match &v.name {
-            Some(name) => e.prefixed(format!("variant `{name}`")),
-            None => e,
-        })?;
+        super::backends::check_backend(&v.experiment).map_err(|e| in_variant(v, e))?;
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

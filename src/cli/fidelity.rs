@@ -29,12 +29,7 @@ pub(super) fn corpus_paths(files: &[PathBuf]) -> CliResult<Vec<PathBuf>> {
 }
 
 pub fn run(args: FidelityArgs) -> CliResult<()> {
-    super::output::check_output_paths(
-        [&args.json, &args.plot]
-            .into_iter()
-            .flatten()
-            .map(|p| p.as_path()),
-    )?;
+    super::output::check_output_paths([&args.json, &args.plot].into_iter().flatten())?;
     let sim_error = |e: kbench_sim::SimError| CliError::from_error(&e);
     let files = corpus_paths(&args.files)?;
     let corpora = files

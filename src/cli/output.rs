@@ -23,7 +23,9 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> CliResult<()> {
 /// Every output a command was asked for can be written where it was asked: checked before
 /// the work, so a long run never ends on "no such directory", and one bad path never
 /// leaves the others written.
-pub fn check_output_paths<'a>(paths: impl IntoIterator<Item = &'a Path>) -> CliResult<()> {
+pub fn check_output_paths<'a>(
+    paths: impl IntoIterator<Item = &'a std::path::PathBuf>,
+) -> CliResult<()> {
     for path in paths {
         let unwritable = |why: String| {
             super::error::CliError::new(

@@ -18,8 +18,7 @@ pub fn run(args: SearchArgs) -> CliResult<()> {
     super::output::check_output_paths(
         [&args.json, &args.csv, &args.plot, &args.emit]
             .into_iter()
-            .flatten()
-            .map(|p| p.as_path()),
+            .flatten(),
     )?;
     let flags = SearchFlags {
         space: args.space.clone(),

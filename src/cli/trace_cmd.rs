@@ -17,7 +17,7 @@ pub fn run(cmd: TraceCommand) -> CliResult<()> {
         // a recording runs minutes against a server or the engine: where it goes is
         // checked first
         TraceCommand::Record(a) => {
-            super::output::check_output_paths([a.out.as_path()])?;
+            super::output::check_output_paths([&a.out])?;
             if a.experiment.is_some() {
                 record_live(a)
             } else {

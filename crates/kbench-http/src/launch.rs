@@ -102,6 +102,12 @@ pub(crate) fn hub_id(preset: &str) -> Option<&'static str> {
     }
 }
 
+/// Appends `--name value` to a command line.
+pub(crate) fn flag(argv: &mut Vec<String>, name: &str, value: String) {
+    argv.push(format!("--{name}"));
+    argv.push(value);
+}
+
 /// Checkpoints whose hub repository carries its own Python code that both engines must be
 /// allowed to run: Kimi-K2.5's tokenizer (tokenization_kimi.py; every launch line on the
 /// rtx6kpro pages passes the flag) and DeepSeek-V3's configuration_deepseek.py (SGLang's
@@ -174,20 +180,18 @@ pub fn command_line(
     if argv.is_empty() {
         return Err(HttpError::Settings("launch: `command` is empty".into()));
     }
-    let mut flag = |name: &str, value: String| {
-        argv.push(format!("--{name}"));
-        argv.push(value);
-    };
     flag(
+        &mut argv,
         "model-path",
         path_of(&l.model_path, &f.model.config, &f.model.preset, "model")?,
     );
-    flag("host", target.host.clone());
-    flag("port", target.port.to_string());
-    flag("tp-size", exp.tp_size.to_string());
+    flag(&mut argv, "host", target.host.clone());
+    flag(&mut argv, "port", target.port.to_string());
+    flag(&mut argv, "tp-size", exp.tp_size.to_string());
     if exp.speculative.is_speculative() {
         let algorithm = exp.speculative.algorithm;
         flag(
+            &mut argv,
             "speculative-algorithm",
             algorithm.sglang_name().unwrap_or("EAGLE3").into(),
         );
@@ -196,6 +200,7 @@ pub fn command_line(
         if algorithm.uses_draft_head() || l.draft_model_path.is_some() {
             let draft = f.draft.as_ref();
             flag(
+                &mut argv,
                 "speculative-draft-model-path",
                 path_of(
                     &l.draft_model_path,
@@ -206,50 +211,49 @@ pub fn command_line(
             );
         }
         flag(
+            &mut argv,
             "speculative-num-steps",
             exp.speculative.shape.num_steps.to_string(),
         );
         flag(
+            &mut argv,
             "speculative-eagle-topk",
             exp.speculative.shape.topk.to_string(),
         );
         flag(
+            &mut argv,
             "speculative-num-draft-tokens",
             exp.speculative.shape.num_draft_tokens.to_string(),
         );
     }
     if let Some(n) = f.server.max_running_requests {
-        flag("max-running-requests", n.to_string());
+        flag(&mut argv, "max-running-requests", n.to_string());
     }
     match f.server.cuda_graph_max_bs {
         // no batch is small enough for a graph: every forward runs eager
         Some(0) => argv.push("--disable-cuda-graph".into()),
-        Some(n) => flag("cuda-graph-max-bs", n.to_string()),
+        Some(n) => flag(&mut argv, "cuda-graph-max-bs", n.to_string()),
         None => {}
     }
     // the KV pool and prefill settings the simulator sizes and schedules with, in
     // SGLang's own flag names (server_args.py); unset ones keep SGLang's defaults
-    let mut flag = |name: &str, value: String| {
-        argv.push(format!("--{name}"));
-        argv.push(value);
-    };
     if let Some(m) = f.server.mem_fraction_static {
-        flag("mem-fraction-static", m.to_string());
+        flag(&mut argv, "mem-fraction-static", m.to_string());
     }
     if let Some(n) = f.server.max_total_tokens {
-        flag("max-total-tokens", n.to_string());
+        flag(&mut argv, "max-total-tokens", n.to_string());
     }
     if let Some(n) = f.server.max_model_len {
-        flag("context-length", n.to_string());
+        flag(&mut argv, "context-length", n.to_string());
     }
     if let Some(dtype) = exp.kv.kv_cache_dtype.flag_value() {
-        flag("kv-cache-dtype", dtype.into());
+        flag(&mut argv, "kv-cache-dtype", dtype.into());
     }
     if let Some(n) = f.server.chunked_prefill_size {
-        flag("chunked-prefill-size", n.to_string());
+        flag(&mut argv, "chunked-prefill-size", n.to_string());
     }
     if let Some(n) = f.server.max_prefill_tokens {
-        flag("max-prefill-tokens", n.to_string());
+        flag(&mut argv, "max-prefill-tokens", n.to_string());
     }
     if !exp.kv.prefix_caching {
         argv.push("--disable-radix-cache".into());

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use crate::error::HttpError;
 use crate::launch::{
-    checkpoint_path, needs_remote_code, shell_line, simulated_accept_length, LaunchAcceptance,
+    checkpoint_path, flag, needs_remote_code, shell_line, simulated_accept_length, LaunchAcceptance,
 };
 use crate::settings::{HttpSettings, Target};
 
@@ -75,44 +75,37 @@ pub fn vllm_command(exp: &Experiment) -> Result<String, HttpError> {
         "model",
     )?;
     let mut argv: Vec<String> = vec!["vllm".into(), "serve".into(), model];
-    let mut flag = |name: &str, value: String| {
-        argv.push(format!("--{name}"));
-        argv.push(value);
-    };
-    flag("host", target.host.clone());
-    flag("port", target.port.to_string());
-    flag("tensor-parallel-size", exp.tp_size.to_string());
+    flag(&mut argv, "host", target.host.clone());
+    flag(&mut argv, "port", target.port.to_string());
+    flag(&mut argv, "tensor-parallel-size", exp.tp_size.to_string());
     if let Some(n) = f.server.max_running_requests {
-        flag("max-num-seqs", n.to_string());
+        flag(&mut argv, "max-num-seqs", n.to_string());
     }
     if let Some(n) = exp.engine.max_num_batched_tokens {
-        flag("max-num-batched-tokens", n.to_string());
+        flag(&mut argv, "max-num-batched-tokens", n.to_string());
     }
     if let Some(n) = f.server.max_model_len {
-        flag("max-model-len", n.to_string());
+        flag(&mut argv, "max-model-len", n.to_string());
     }
     if let Some(m) = f.server.mem_fraction_static {
-        flag("gpu-memory-utilization", m.to_string());
+        flag(&mut argv, "gpu-memory-utilization", m.to_string());
     }
     match f.server.cuda_graph_max_bs {
         // no batch is small enough for a graph: every forward runs eager, torch.compile
         // kept (--enforce-eager would drop it too)
-        Some(0) => {
-            argv.push("--compilation-config".into());
-            argv.push(r#"{"cudagraph_mode":"NONE"}"#.into());
-        }
-        Some(n) => flag("max-cudagraph-capture-size", n.to_string()),
+        Some(0) => flag(
+            &mut argv,
+            "compilation-config",
+            r#"{"cudagraph_mode":"NONE"}"#.into(),
+        ),
+        Some(n) => flag(&mut argv, "max-cudagraph-capture-size", n.to_string()),
         None => {}
     }
-    let mut flag = |name: &str, value: String| {
-        argv.push(format!("--{name}"));
-        argv.push(value);
-    };
     if let Some(dtype) = exp.kv.kv_cache_dtype.flag_value() {
-        flag("kv-cache-dtype", dtype.into());
+        flag(&mut argv, "kv-cache-dtype", dtype.into());
     }
     if let Some(json) = speculative_config(exp)? {
-        flag("speculative-config", json);
+        flag(&mut argv, "speculative-config", json);
     }
     if !exp.kv.prefix_caching {
         argv.push("--no-enable-prefix-caching".into());

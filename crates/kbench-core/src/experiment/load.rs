@@ -208,15 +208,9 @@ fn variant_files_str(
         // speculation (`--set speculative.num_steps=3`) leaves a plain variant plain: the
         // flag is aimed at the variants that speculate, unless it names the method too.
         let stays_plain = !speculates(&t) && !names_speculation_method(&command_line);
-        if turns_speculation_off(&command_line) {
-            clear_speculative_keys(&mut t, &command_line);
-        }
-        for assignment in overrides {
-            if stays_plain && tunes_speculation(assignment) {
-                continue;
-            }
-            apply_override(&mut t, assignment)?;
-        }
+        apply_overrides_where(&mut t, overrides, |a| {
+            !(stays_plain && tunes_speculation(a))
+        })?;
         check_finite(&t, path)?;
         let file = parse_table(&t, path).map_err(|e| name_override_section(e, overrides))?;
         out.push((Some(variant.name.clone()), file));
@@ -230,11 +224,20 @@ pub fn apply_overrides(
     table: &mut toml::Table,
     overrides: &[String],
 ) -> Result<(), ExperimentError> {
+    apply_overrides_where(table, overrides, |_| true)
+}
+
+/// [`apply_overrides`], skipping the assignments `keep` turns down.
+fn apply_overrides_where(
+    table: &mut toml::Table,
+    overrides: &[String],
+    keep: impl Fn(&str) -> bool,
+) -> Result<(), ExperimentError> {
     let set_by_overrides = override_keys(overrides);
     if turns_speculation_off(&set_by_overrides) {
         clear_speculative_keys(table, &set_by_overrides);
     }
-    for assignment in overrides {
+    for assignment in overrides.iter().filter(|a| keep(a)) {
         apply_override(table, assignment)?;
     }
     Ok(())
