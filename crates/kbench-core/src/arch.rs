@@ -51,11 +51,23 @@ pub enum ArchFamily {
 
 /// Attention that reads only some of the context's blocks (MiniMax-M3's MSA): each query
 /// attends to its top-k blocks plus its local block, so below `dense_up_to_tokens` of
-/// context every block is selected and the layer is exactly full attention.
+/// context every block is selected and the layer is exactly full attention. The blocks are
+/// chosen by an indexer that runs in every sparse layer whatever the context: its query and
+/// key heads score each `block_size`-token block, and a top-k kernel keeps the best.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SparseAttention {
     pub name: String,
     pub dense_up_to_tokens: u32,
+    /// How many of the model's layers are sparse (the rest attend densely).
+    pub layers: u32,
+    /// Index query heads over the whole model (split over TP like the KV heads, at least one
+    /// per rank); the index key is one head, on every rank.
+    pub index_heads: u32,
+    pub index_head_dim: u32,
+    /// Tokens per scored block (one KV page).
+    pub block_size: u32,
+    /// Blocks each query keeps.
+    pub topk_blocks: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -487,9 +499,16 @@ fn minimax_m3() -> ModelArch {
         // num_mtp_modules 1 in the config, but the checkpoint ships no mtp.* tensors
         mtp_layers: 0,
         // sparse_topk_blocks 16 x sparse_block_size 128 (+ the local block); layers 3-59
+        // (sparse_attention_freq [0,0,0, 1 x 57]); sparse_num_index_heads 4, sparse_index_dim
+        // 128 (index_q_proj [512, 6144], index_k_proj [128, 6144] in the checkpoint)
         sparse_attention: Some(SparseAttention {
             name: "MSA (MiniMax sparse attention)".into(),
             dense_up_to_tokens: 16 * 128,
+            layers: 57,
+            index_heads: 4,
+            index_head_dim: 128,
+            block_size: 128,
+            topk_blocks: 16,
         }),
     }
 }

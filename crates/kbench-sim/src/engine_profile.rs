@@ -249,6 +249,10 @@ pub struct AttentionSection {
     pub mla_kv_reads: KvReads,
     /// MHA / GQA models and the EAGLE-3 draft layer.
     pub mha_kv_reads: KvReads,
+    /// The sparse layers of a block-sparse model (MiniMax-M3's MSA), where the engine runs
+    /// them through a backend of their own; unset, they read as `mha_kv_reads`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sparse_kv_reads: Option<KvReads>,
     /// How an fp8 KV cache is priced against the bf16 tables.
     #[serde(default)]
     pub fp8_kv: Fp8Kv,
@@ -265,6 +269,7 @@ impl Default for AttentionSection {
         AttentionSection {
             mla_kv_reads: KvReads::PerRequest,
             mha_kv_reads: KvReads::PerRequest,
+            sparse_kv_reads: None,
             fp8_kv: Fp8Kv::HalfBytes,
             mla_prefill: MlaPrefillKernel::Table,
             reference:

@@ -371,6 +371,12 @@ impl Pricer<'_> {
         self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value)
     }
 
+    /// A kernel no op table measured, in BF16 math: its bytes and FLOPs at the GPU's BF16
+    /// rate, never faster than the shortest kernel.
+    pub fn bf16_kernel(&self, bytes: f64, flops: f64) -> f64 {
+        self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value)
+    }
+
     /// The absorbed MLA batched matmuls (q_nope x W_kc before, attn x W_vc after).
     pub fn mla_bmm(
         &self,

@@ -3,7 +3,7 @@
 //! layers, then routed and shared experts) and logits head. Each block is priced once per
 //! layer kind and multiplied by its layer count.
 
-use kbench_core::arch::{ArchFamily, ModelArch, QuantInfo, QuantMath};
+use kbench_core::arch::{ArchFamily, ModelArch, QuantInfo, QuantMath, SparseAttention};
 
 use super::{Acc, CostModel, PassKind};
 use crate::engine_profile::KvReads;
@@ -380,28 +380,73 @@ impl CostModel {
             _ => {
                 let kv = (m.num_kv_heads / tp).max(1);
                 let hd = m.head_dim;
-                acc.add(
-                    "attn.qkv_proj",
-                    layers,
-                    p.gemm_with(t, (heads + 2 * kv) * hd, input, w, why)?,
-                    1,
-                );
+                let qkv_n = (heads + 2 * kv) * hd;
+                let sparse = m.sparse_attention.as_ref();
+                let sparse_layers = sparse.map_or(0.0, |sa| (sa.layers as f64).min(layers));
+                let dense_layers = layers - sparse_layers;
+                if dense_layers > 0.0 {
+                    acc.add(
+                        "attn.qkv_proj",
+                        dense_layers,
+                        p.gemm_with(t, qkv_n, input, w, why)?,
+                        1,
+                    );
+                }
+                if let Some(sa) = sparse {
+                    // vLLM computes the index query and key in the qkv GEMM itself
+                    // (MinimaxM3QKVParallelLinearWithIndexer: [q | k | v | index_q | index_k]).
+                    let index_n =
+                        (sa.index_heads / tp).max(1) * sa.index_head_dim + sa.index_head_dim;
+                    acc.add(
+                        "attn.qkv_proj",
+                        sparse_layers,
+                        p.gemm_with(t, qkv_n + index_n, input, w, why)?,
+                        1,
+                    );
+                }
                 acc.add(
                     "rope",
                     layers,
                     (p.elementwise(act_bytes), Source::Roofline),
                     1,
                 );
-                let attn = if prefill {
-                    self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?)
+                if prefill {
+                    // Below its dense window a sparse layer attends to every block: the
+                    // prompt's causal attention, as in a dense layer.
+                    let attn =
+                        self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?);
+                    acc.add("attention", layers, attn, 1);
                 } else {
-                    let streams = Self::kv_streams(pass, self.engine.attention.mha_kv_reads);
-                    self.attention_kernel(p.mha_decode(heads, kv, hd, streams, t, ctx, why)?)
-                };
-                if !prefill {
-                    acc.attn_us += attn.0 * layers;
+                    let dense_streams = Self::kv_streams(pass, self.engine.attention.mha_kv_reads);
+                    if dense_layers > 0.0 {
+                        let attn = self.attention_kernel(p.mha_decode(
+                            heads,
+                            kv,
+                            hd,
+                            dense_streams,
+                            t,
+                            ctx,
+                            why,
+                        )?);
+                        acc.attn_us += attn.0 * dense_layers;
+                        acc.add("attention", dense_layers, attn, 1);
+                    }
+                    if sparse.is_some() {
+                        let reads = self
+                            .engine
+                            .attention
+                            .sparse_kv_reads
+                            .unwrap_or(self.engine.attention.mha_kv_reads);
+                        let streams = Self::kv_streams(pass, reads);
+                        let attn = self
+                            .attention_kernel(p.mha_decode(heads, kv, hd, streams, t, ctx, why)?);
+                        acc.attn_us += attn.0 * sparse_layers;
+                        acc.add("attention", sparse_layers, attn, 1);
+                    }
                 }
-                acc.add("attention", layers, attn, 1);
+                if let Some(sa) = sparse {
+                    self.sparse_indexer(m, sa, pass, ctx, sparse_layers, acc);
+                }
                 acc.add(
                     "attn.o_proj",
                     layers,
@@ -411,6 +456,82 @@ impl CostModel {
             }
         }
         Ok(())
+    }
+
+    /// What a block-sparse layer runs besides its attention, as vLLM's MiniMax-M3 code does
+    /// on GPUs without the SM100 kernels (vllm/models/minimax_m3/common/ops/index_topk.py,
+    /// sparse_attn.py): the indexer's score kernel (every index head against the one index key
+    /// of every context token, max-pooled per block) and its top-k kernel, two launches per
+    /// layer in prefill and decode alike; in decode and verify, the attend's split-K partials
+    /// merged by a second launch (`_merge_topk_attn_out_kernel`).
+    fn sparse_indexer(
+        &self,
+        m: &ModelArch,
+        sa: &SparseAttention,
+        pass: Pass,
+        ctx: f64,
+        sparse_layers: f64,
+        acc: &mut Acc,
+    ) {
+        let p = self.pricer();
+        let Pass {
+            t,
+            requests,
+            prefill,
+            isl,
+            ..
+        } = pass;
+        let index_heads = (sa.index_heads / self.tp).max(1) as f64;
+        let kv_heads = (m.num_kv_heads / self.tp).max(1) as f64;
+        let dim = sa.index_head_dim as f64;
+        let (t, reqs) = (t as f64, requests.max(1) as f64);
+        // One score per index head, query and block; the top-k kernel reads them back.
+        let (score_bytes, score_flops, scores) = if prefill {
+            let blocks = (isl / sa.block_size as f64).ceil();
+            (
+                reqs * isl * (index_heads + 1.0) * dim * 2.0,
+                2.0 * reqs * index_heads * dim * isl * isl * 0.5,
+                reqs * index_heads * isl * blocks * 4.0,
+            )
+        } else {
+            // The decode score kernel tiles a request's query tokens (BLOCK_SIZE_Q), so its
+            // index keys are read once per request.
+            let blocks = (ctx / sa.block_size as f64).ceil().max(1.0);
+            (
+                reqs * ctx * dim * 2.0 + t * index_heads * dim * 2.0,
+                2.0 * t * index_heads * dim * ctx,
+                t * index_heads * blocks * 4.0,
+            )
+        };
+        let score = p.bf16_kernel(score_bytes + scores, score_flops);
+        let topk = p.elementwise(scores + t * index_heads * sa.topk_blocks as f64 * 4.0);
+        if !prefill {
+            acc.attn_us += (score + topk) * sparse_layers;
+        }
+        acc.add(
+            "attn.indexer",
+            sparse_layers,
+            (score + topk, Source::Roofline),
+            2,
+        );
+        if !prefill {
+            // split-K over the selected blocks into a fixed grid of about 256 programs
+            // (TARGET_GRID), one partial output per chunk, then merged
+            let target = (256.0 / (t * kv_heads))
+                .floor()
+                .clamp(1.0, sa.topk_blocks as f64);
+            let chunks = 2f64.powi(target.log2().floor() as i32);
+            let heads = (m.num_heads / self.tp) as f64;
+            let head_dim = m.head_dim as f64;
+            let partials = chunks * t * heads * (head_dim * 2.0 + 4.0);
+            let merge = p.elementwise(partials + t * heads * head_dim * 2.0);
+            acc.add(
+                "attn.split_k_merge",
+                sparse_layers,
+                (merge, Source::Roofline),
+                1,
+            );
+        }
     }
 
     /// The feed-forward: dense layers, then MoE layers (router, top-k, routed experts, shared
