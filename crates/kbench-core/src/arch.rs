@@ -50,8 +50,9 @@ pub enum ArchFamily {
 }
 
 /// Attention that reads only some of the context's blocks (MiniMax-M3's MSA): each query
-/// attends to its top-k blocks plus its local block, so below `dense_up_to_tokens` of
-/// context every block is selected and the layer is exactly full attention. The blocks are
+/// attends to its top-k blocks, its local block among them, so below `dense_up_to_tokens` of
+/// context every block is selected and the layer is exactly full attention, and past it a
+/// query reads `dense_up_to_tokens` of its context. The blocks are
 /// chosen by an indexer that runs in every sparse layer whatever the context: its query and
 /// key heads score each `block_size`-token block, and a top-k kernel keeps the best.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -108,17 +108,25 @@ pub fn default_mem_fraction_static(
     ((gpu - reserved) / gpu * 1000.0).round() / 1000.0
 }
 
-/// Bytes of target KV per token on one rank.
+/// Bytes of target KV per token on one rank, with a block-sparse model's index keys: vLLM
+/// keeps them in a cache of their own in every sparse layer, one key of `index_head_dim` per
+/// token in BF16 on every rank (MiniMax-M3: `MiniMaxM3IndexerCache`, a key-only
+/// `MLAAttentionSpec` in the same block pool, vllm/models/minimax_m3/common/indexer.py).
 pub fn target_bytes_per_token(model: &ModelArch, tp: u32, dtype: KvCacheDtype) -> u64 {
     let b = dtype.bytes() as u64;
     let layers = model.num_layers as u64;
-    match (&model.family, &model.mla) {
+    let index_keys = model
+        .sparse_attention
+        .as_ref()
+        .map_or(0, |sa| sa.layers as u64 * sa.index_head_dim as u64 * 2);
+    let kv = match (&model.family, &model.mla) {
         (ArchFamily::MlaMoe, Some(m)) => layers * (m.kv_lora_rank + m.qk_rope_head_dim) as u64 * b,
         _ => {
             let kv = (model.num_kv_heads / tp.max(1)).max(1) as u64;
             layers * 2 * kv * model.head_dim as u64 * b
         }
-    }
+    };
+    kv + index_keys
 }
 
 /// Bytes of the EAGLE-3 draft's KV (one layer) per token on one rank: its KV heads' share,
@@ -179,7 +187,15 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
     if exp.engine.kind == ServingEngineKind::Vllm {
         check_vllm_max_model_len(exp, mf, pool_bytes, target + draft)?;
     }
-    let mut tokens = (pool_bytes / target as f64) as u64;
+    // vLLM sizes one pool for every attention layer it registered, the drafter's among them
+    // (KVCacheConfig over static_forward_context), so a token costs both; SGLang's draft
+    // worker allocates its own pool of the target's size from the memory mem_fraction_static
+    // leaves outside.
+    let per_token = match exp.engine.kind {
+        ServingEngineKind::Vllm => target + draft,
+        ServingEngineKind::Sglang => target,
+    };
+    let mut tokens = (pool_bytes / per_token as f64) as u64;
     let s = &exp.speculative;
     let speculative_slots = if s.is_speculative() {
         exp.max_running_requests as u64

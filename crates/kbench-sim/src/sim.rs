@@ -101,7 +101,6 @@ impl SimBackend {
             .max_num_batched_tokens
             .unwrap_or_else(|| default_max_num_batched_tokens(&profile));
         kv.check_fits(exp)?;
-        check_sparse_attention(exp)?;
         let client = crate::client::SimSettings::of(exp)?;
         let tables_home = crate::presets::tables_measured_on(&profile)?;
         let scheduler = crate::sched::for_engine(&engine.engine)?;
@@ -730,27 +729,4 @@ impl Session for SimSession<'_> {
             peak_used_tokens: self.kv.peak,
         })
     }
-}
-
-/// Sparse attention is priced as the dense attention it equals while every block is
-/// selected; past that the price would need the indexer and the block selection, which the
-/// cost model does not have, so a longer request is refused rather than overpriced.
-fn check_sparse_attention(exp: &Experiment) -> Result<(), SimError> {
-    let Some(sa) = &exp.model.sparse_attention else {
-        return Ok(());
-    };
-    let longest = exp.input_len.1 as u64 + exp.max_tokens as u64;
-    if longest <= sa.dense_up_to_tokens as u64 {
-        return Ok(());
-    }
-    Err(SimError::Model(format!(
-        "{}: {}'s {} selects blocks only past {} tokens of context, and this experiment reaches {longest} ({} of prompt + max_tokens {}); kbench prices it only up to {} tokens, where it is exactly full attention",
-        exp.path.display(),
-        exp.model.name,
-        sa.name,
-        sa.dense_up_to_tokens,
-        exp.input_len.1,
-        exp.max_tokens,
-        sa.dense_up_to_tokens
-    )))
 }

@@ -1,6 +1,6 @@
-//! The architectures the public speculative data needs: MiniMax-M3 is priced within the
-//! context where its sparse attention is exactly dense and refused past it; DeepSeek-V4 is
-//! refused by name with the reason.
+//! The architectures the public speculative data needs: MiniMax-M3, its sparse attention
+//! priced within the window where it is exactly dense and past it; DeepSeek-V4, refused by
+//! name with the reason.
 
 use std::path::Path;
 
@@ -59,17 +59,34 @@ fn minimax_m3_eagle3_shapes_match_the_published_checkpoints() {
     assert!((6.45..6.55).contains(&gb), "{gb:.3} GB");
 }
 
+/// Past MSA's window an experiment runs (it was refused before the window was priced), and
+/// one request decodes after an 8k prompt about as fast as after a 1k one, as InferenceX
+/// measured (7.21 against 7.15 ms plain at C=1 on 8x H200 TP4); the sparse layers' reads
+/// themselves are checked in sparse_attention.rs.
 #[test]
-fn minimax_m3_past_its_dense_window_is_refused() {
-    // InferenceX's 8k1k runs pass --max-model-len 9472
-    let e = minimax(&["workload.input_len=8192", "server.max_model_len=9472"]);
-    let err = SimBackend::new(&e, None)
-        .err()
-        .expect("8k prompts are refused");
-    let msg = err.to_string();
-    assert!(msg.contains("MSA") && msg.contains("2048"), "{msg}");
-    let e = minimax(&["benchmark.concurrency=[1]"]);
-    assert!(SimBackend::new(&e, None).is_ok());
+fn minimax_m3_past_its_dense_window_decodes_at_its_window() {
+    let tpot = |set: &[&str]| {
+        let mut set = set.to_vec();
+        set.extend([
+            "benchmark.concurrency=[1]",
+            "benchmark.requests_per_level=2",
+        ]);
+        let e = minimax(&set);
+        let mut b = SimBackend::new(&e, None).unwrap();
+        let (levels, _) = kbench_sim::predict::run(&e, &mut b).unwrap();
+        levels[0].metrics.mean_tpot_ms
+    };
+    let short = tpot(&[]);
+    // InferenceX's 8k1k runs pass --max-model-len 9472 and a 16,384-token budget
+    let long = tpot(&[
+        "workload.input_len=8192",
+        "server.max_model_len=9472",
+        "engine.max_num_batched_tokens=16384",
+    ]);
+    assert!(
+        long >= short && long < short * 1.05,
+        "{short:.2} ms after 1k prompts, {long:.2} ms after 8k"
+    );
 }
 
 #[test]

@@ -356,3 +356,49 @@ fn vllm_sizes_its_cache_at_its_own_default_and_needs_room_for_max_model_len() {
         .experiment;
     assert!(SimBackend::new(&exp, None).is_ok());
 }
+
+/// vLLM's one pool holds the drafter's layers beside the target's, so a token costs both
+/// there; SGLang's draft worker has a pool of its own, so its target pool counts the
+/// target's KV alone. MiniMax-M3 adds its index keys: one 128-wide BF16 key per token in
+/// each of its 57 sparse layers.
+#[test]
+fn a_pool_token_costs_what_the_engine_keeps_per_token() {
+    let text = |engine: &str, draft: &str| {
+        format!(
+            "name = \"t\"\nseed = 11\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-h200\"\n\
+             {engine}\n[server]\ntp_size = 8\nmem_fraction_static = 0.9\n{draft}\n\
+             [workload]\nmax_tokens = 64\ninput_len = 512\n[benchmark]\nconcurrency = [1]\nrequests_per_level = 2\n"
+        )
+    };
+    let eagle = "[draft]\npreset = \"kimi-k2.5-eagle3\"\n[speculative]\nalgorithm = \"EAGLE3\"\n\
+                 num_steps = 3\neagle_topk = 1\nnum_draft_tokens = 4\nspec_v2 = true";
+    let vllm_eagle = "[draft]\npreset = \"kimi-k2.5-eagle3\"\n[speculative]\nmethod = \"eagle3\"\n\
+                      num_speculative_tokens = 3";
+    let load = |t: String| {
+        load_experiment_str(&t, Path::new("test.toml"), &[])
+            .unwrap()
+            .remove(0)
+            .experiment
+    };
+    let profile = kbench_sim::presets::resolve_profile(&load(text("", "")).hardware).unwrap();
+    let pool = |t: String| kbench_sim::kv::kv_pool(&load(t), &profile).unwrap();
+    let vllm = "[engine]\nname = \"vllm\"";
+    let (plain, spec) = (pool(text(vllm, "")), pool(text(vllm, vllm_eagle)));
+    assert!(spec.draft_bytes_per_token > 0);
+    let per_token = (spec.target_bytes_per_token + spec.draft_bytes_per_token) as f64;
+    let expect = (spec.pool_bytes / per_token) as u64 + spec.speculative_slots;
+    assert_eq!(spec.tokens, expect);
+    assert!(spec.tokens < plain.tokens);
+    let sglang = pool(text("", eagle));
+    let expect = (sglang.pool_bytes / sglang.target_bytes_per_token as f64) as u64
+        + sglang.speculative_slots;
+    assert_eq!(sglang.tokens, expect);
+
+    let m3 = kbench_core::arch::ModelArch::preset("minimax-m3").unwrap();
+    let mut dense = m3.clone();
+    dense.sparse_attention = None;
+    let dtype = kbench_core::experiment::KvCacheDtype::default();
+    let with_keys = kbench_sim::kv::target_bytes_per_token(&m3, 8, dtype);
+    let without = kbench_sim::kv::target_bytes_per_token(&dense, 8, dtype);
+    assert_eq!(with_keys - without, 57 * 128 * 2);
+}

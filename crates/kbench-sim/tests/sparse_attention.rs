@@ -20,6 +20,20 @@ fn m3(engine: EngineProfile, model: ModelArch) -> CostModel {
     }
 }
 
+/// M3 on 8x H200 with no op table: every operator by its roofline, monotone in its work.
+fn roofline(model: ModelArch) -> CostModel {
+    CostModel::new(
+        preset("8x-h200").unwrap(),
+        shipped(),
+        None,
+        model,
+        None,
+        8,
+        512,
+    )
+    .unwrap()
+}
+
 fn shipped() -> EngineProfile {
     engine_preset("vllm-minimax-m3-h200").unwrap()
 }
@@ -74,22 +88,13 @@ fn msa_layers_launch_the_indexer_and_the_merge_beside_attention() {
 /// (8 + 2 + 1 + 1) x 128 columns wide per rank at TP 8 instead of (8 + 2) x 128.
 #[test]
 fn the_index_projections_widen_the_qkv_gemm() {
-    let roofline = |model: ModelArch| {
-        let c = CostModel::new(
-            preset("8x-h200").unwrap(),
-            shipped(),
-            None,
-            model,
-            None,
-            8,
-            512,
-        )
-        .unwrap();
+    let qkv = |model: ModelArch| {
+        let c = roofline(model);
         // a 4,096-token prefill: compute-bound, so the time follows the GEMM's width
         pass(&c, PassKind::TargetPrefill, 4096, 4, 0.0).gpu_us["attn.qkv_proj"]
     };
-    let sparse = roofline(ModelArch::preset("minimax-m3").unwrap());
-    let dense = roofline(dense_m3());
+    let sparse = qkv(ModelArch::preset("minimax-m3").unwrap());
+    let dense = qkv(dense_m3());
     let expected = (3.0 * 10.0 + SPARSE_LAYERS as f64 * 12.0) / (60.0 * 10.0);
     assert!(
         (sparse / dense - expected).abs() < 0.01,
@@ -138,4 +143,47 @@ fn verify_reads_msa_blocks_per_query_token_where_the_profile_says() {
     let a = pass(&per_token, PassKind::TargetDecode, 128, 128, 1500.0).gpu_us["attention"];
     let b = pass(&per_request, PassKind::TargetDecode, 128, 128, 1500.0).gpu_us["attention"];
     assert_eq!(a, b);
+}
+
+/// Past its window a sparse layer's query reads its 16 selected blocks, whatever the
+/// context: from 8k to 16k tokens the sparse layers' decode attention stays flat (the three
+/// dense layers still double), while the indexer, which scores every block, doubles.
+#[test]
+fn past_the_window_a_query_reads_its_selected_blocks() {
+    let sparse = m3(shipped(), ModelArch::preset("minimax-m3").unwrap());
+    let dense = m3(shipped(), dense_m3());
+    let at =
+        |c: &CostModel, ctx: f64, op: &str| pass(c, PassKind::TargetDecode, 64, 64, ctx).gpu_us[op];
+    let grew = at(&sparse, 16000.0, "attention") / at(&sparse, 8000.0, "attention");
+    let dense_grew = at(&dense, 16000.0, "attention") / at(&dense, 8000.0, "attention");
+    // 57 layers flat at 2,048 tokens, 3 dense ones doubling from about 4 times that:
+    // (57 + 3 x 7.8) / (57 + 3 x 3.9) = 1.17
+    assert!(grew < 1.2, "sparse attention grew {grew:.2}x");
+    assert!(dense_grew > 1.6, "dense attention grew {dense_grew:.2}x");
+    let indexer = at(&sparse, 16000.0, "attn.indexer") / at(&sparse, 8000.0, "attn.indexer");
+    assert!(indexer > 1.6, "indexer grew {indexer:.2}x");
+}
+
+/// A prompt past the window is attended as a band: 2,048 x 8,192 - 2,048^2 / 2 query-key
+/// pairs in each sparse layer instead of 8,192^2 / 2, 0.44 of them.
+#[test]
+fn a_long_prompt_attends_a_band_in_the_sparse_layers() {
+    let attention = |model: ModelArch| {
+        let c = roofline(model);
+        pass(&c, PassKind::TargetPrefill, 8192, 1, 0.0).gpu_us["attention"]
+    };
+    let ratio = attention(ModelArch::preset("minimax-m3").unwrap()) / attention(dense_m3());
+    let band = (2048.0 * 8192.0 - 2048.0 * 2048.0 / 2.0) / (8192.0 * 8192.0 / 2.0);
+    let expected = (3.0 + SPARSE_LAYERS as f64 * band) / 60.0;
+    assert!(
+        (ratio - expected).abs() < 0.02,
+        "{ratio:.3} against {expected:.3}"
+    );
+    // within the window the two are the same causal triangle
+    let short = |model: ModelArch| {
+        let c = roofline(model);
+        pass(&c, PassKind::TargetPrefill, 1024, 1, 0.0).gpu_us["attention"]
+    };
+    let same = short(ModelArch::preset("minimax-m3").unwrap()) / short(dense_m3());
+    assert!((same - 1.0).abs() < 1e-9, "{same}");
 }

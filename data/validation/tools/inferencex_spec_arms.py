@@ -13,9 +13,10 @@ from pathlib import Path
 
 from inferencex import write_latencies, write_source
 
-# (gpu, tp, concurrency) of baseline points left out, with the reason
+# (gpu, tp, workload, concurrency) of baseline points left out, with the reason
 ANOMALOUS = {
-    ("h100", 8, 32): "H100 TP8 1k1k baseline at C=32: TPOT 36.18 ms between 14.98 (C=16) and 29.27 (C=64), one run; its speedup (2.54x) goes with it",
+    ("h100", 8, "1k1k", 32): "H100 TP8 1k1k baseline at C=32: TPOT 36.18 ms between 14.98 (C=16) and 29.27 (C=64), one run; its speedup (2.54x) goes with it",
+    ("h100", 8, "8k1k", 1): "H100 TP8 8k1k baseline at C=1: TPOT 8.84 ms above C=2's 7.87 and TTFT 1,072 ms against 440-515 ms for every other C=1 and C=2 point of that box, one run; its speedup (2.05x) goes with it",
 }
 # InferenceX's own golden accept length for this head at 3 speculative tokens
 # (golden_al_distribution/minimaxm3_eagle3.yaml, thinking_on[3]; ../shared/data/validation/acceptance)
@@ -34,23 +35,37 @@ def main(src):
         w,
         "inferencex-minimax-m3-eagle3",
         s,
-        "MiniMax-M3 MXFP8 with vLLM (vllm/vllm-openai:minimax-m3, 2026-06-13/15), 1k1k, EAGLE-3 (Inferact/MiniMax-M3-EAGLE3, 3 speculative tokens, drafter on FLASH_ATTN) against the same configuration without speculation, on 8x H100 (TP8) and 8x H200 (TP4, TP8); bench_serving random prompts through the chat template, --num-prompts 10 x C",
+        "MiniMax-M3 MXFP8 with vLLM (vllm/vllm-openai:minimax-m3, 2026-06-13/15), 1k1k and 8k1k, EAGLE-3 (Inferact/MiniMax-M3-EAGLE3, 3 speculative tokens, drafter on FLASH_ATTN) against the same configuration without speculation, on 8x H100 (TP8) and 8x H200 (TP4, TP8); bench_serving random prompts through the chat template, --num-prompts 10 x C; each sweep's max_model_len and max_num_batched_tokens as its runs passed them",
         [
-            "the 8k1k sweeps (H100 TP8, H200 TP4 and TP8): prompts of 6.5k-8k tokens pass MSA's dense window (16 x 128 tokens), whose sparse read kbench does not price",
             "every DeepSeek-V4-Pro MTP sweep: its hybrid compressed attention and mHC residual stream are refused by name (docs/research/models.md)",
             *ANOMALOUS.values(),
         ],
         ['speedup = "the baseline sweep\'s mean TPOT over the EAGLE-3 sweep\'s at the same concurrency: the ratio of their decode rates"'],
     )
     w("")
-    for sw in d["sweeps"]:
-        if sw["model"] != "minimax-m3" or sw["label"] != "1k1k" or not sw["baseline"]:
-            continue
-        gpu, tp = sw["gpu"], sw["parallelism"]["tp_size"]
+    sweeps = [
+        sw
+        for sw in d["sweeps"]
+        if sw["model"] == "minimax-m3" and sw["label"] in ("1k1k", "8k1k") and sw["baseline"]
+    ]
+    # 1k1k first, as the file had them before the 8k1k sweeps joined
+    sweeps.sort(key=lambda sw: sw["label"] != "1k1k")
+    for sw in sweeps:
+        gpu, tp, label = sw["gpu"], sw["parallelism"]["tp_size"], sw["label"]
         base = sw["baseline"][0]
-        plain = f"{gpu}-tp{tp}-1k1k-plain"
-        arm = f"{gpu}-tp{tp}-1k1k-eagle3"
+        plain = f"{gpu}-tp{tp}-{label}-plain"
+        arm = f"{gpu}-tp{tp}-{label}-eagle3"
         where = f'"hardware.preset" = "8x-{gpu}", "server.tp_size" = {tp}'
+        if label != "1k1k":
+            # the experiment file is written for 1k1k; the other workload's lengths and the
+            # limits its runs passed
+            isl, osl = (int(x) for x in sw["workload"].split(":"))
+            passed = sw["points"][0]["passed"]
+            where += (
+                f', "workload.input_len" = {isl}, "workload.max_tokens" = {osl}'
+                f', "engine.max_num_batched_tokens" = {passed["max_num_batched_tokens"]}'
+                f', "server.max_model_len" = {passed["max_model_len"]}'
+            )
         base_tpot = {}
         w("[[cases]]")
         w(f'name = "{plain}"')
@@ -61,7 +76,7 @@ def main(src):
         w("requests_per_client = 10")
         for p in base["points"]:
             c = p["concurrency"]
-            if (gpu, tp, c) in ANOMALOUS:
+            if (gpu, tp, label, c) in ANOMALOUS:
                 continue
             base_tpot[c] = p["measured_tpot_us"]
             write_latencies(w, p)

@@ -411,11 +411,20 @@ impl CostModel {
                     1,
                 );
                 if prefill {
-                    // Below its dense window a sparse layer attends to every block: the
-                    // prompt's causal attention, as in a dense layer.
-                    let attn =
-                        self.attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?);
-                    acc.add("attention", layers, attn, 1);
+                    if dense_layers > 0.0 {
+                        let attn = self
+                            .attention_kernel(p.mha_prefill(heads, kv, hd, requests, isl, why)?);
+                        acc.add("attention", dense_layers, attn, 1);
+                    }
+                    if let Some(sa) = sparse {
+                        // Within its window a sparse layer attends to every block (the
+                        // causal triangle); past it, to its selected blocks only.
+                        let window = sa.dense_up_to_tokens as f64;
+                        let attn = self.attention_kernel(
+                            p.mha_prefill_windowed(heads, kv, hd, requests, isl, window, why)?,
+                        );
+                        acc.add("attention", sparse_layers, attn, 1);
+                    }
                 } else {
                     let dense_streams = Self::kv_streams(pass, self.engine.attention.mha_kv_reads);
                     if dense_layers > 0.0 {
@@ -431,15 +440,19 @@ impl CostModel {
                         acc.attn_us += attn.0 * dense_layers;
                         acc.add("attention", dense_layers, attn, 1);
                     }
-                    if sparse.is_some() {
+                    if let Some(sa) = sparse {
                         let reads = self
                             .engine
                             .attention
                             .sparse_kv_reads
                             .unwrap_or(self.engine.attention.mha_kv_reads);
                         let streams = Self::kv_streams(pass, reads);
-                        let attn = self
-                            .attention_kernel(p.mha_decode(heads, kv, hd, streams, t, ctx, why)?);
+                        // a query reads its selected blocks: the whole context within the
+                        // window, the window's worth past it
+                        let selected = ctx.min(sa.dense_up_to_tokens as f64);
+                        let attn = self.attention_kernel(
+                            p.mha_decode(heads, kv, hd, streams, t, selected, why)?,
+                        );
                         acc.attn_us += attn.0 * sparse_layers;
                         acc.add("attention", sparse_layers, attn, 1);
                     }
