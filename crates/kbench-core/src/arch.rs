@@ -499,7 +499,8 @@ fn minimax_m3() -> ModelArch {
         tensor_prefix: "language_model.".into(),
         // num_mtp_modules 1 in the config, but the checkpoint ships no mtp.* tensors
         mtp_layers: 0,
-        // sparse_topk_blocks 16 x sparse_block_size 128 (+ the local block); layers 3-59
+        // sparse_topk_blocks 16 x sparse_block_size 128, the local block among them (vLLM
+        // forces it into the top-k); layers 3-59
         // (sparse_attention_freq [0,0,0, 1 x 57]); sparse_num_index_heads 4, sparse_index_dim
         // 128 (index_q_proj [512, 6144], index_k_proj [128, 6144] in the checkpoint)
         sparse_attention: Some(SparseAttention {

@@ -188,9 +188,9 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
         check_vllm_max_model_len(exp, mf, pool_bytes, target + draft)?;
     }
     // vLLM sizes one pool for every attention layer it registered, the drafter's among them
-    // (KVCacheConfig over static_forward_context), so a token costs both; SGLang's draft
-    // worker allocates its own pool of the target's size from the memory mem_fraction_static
-    // leaves outside.
+    // (KVCacheConfig over static_forward_context), so a token costs both; SGLang sizes the
+    // target's pool from the target's layers alone and gives the draft worker a pool of its
+    // own with as many slots (draft_runner_cache_size in ModelRunner.init_memory_pool).
     let per_token = match exp.engine.kind {
         ServingEngineKind::Vllm => target + draft,
         ServingEngineKind::Sglang => target,

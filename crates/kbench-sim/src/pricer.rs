@@ -442,32 +442,6 @@ impl Pricer<'_> {
         ))
     }
 
-    /// Block-sparse prefill attention: each of a prompt's `isl` queries attends to at most
-    /// `window` keys (its selected blocks), so past the window the causal triangle becomes a
-    /// band, W x L - W^2 / 2 query-key pairs; Q, K, V and O move as in a dense prefill.
-    #[allow(clippy::too_many_arguments)]
-    pub fn mha_prefill_windowed(
-        &self,
-        heads: u32,
-        kv_heads: u32,
-        head_dim: u32,
-        reqs: u32,
-        isl: f64,
-        window: f64,
-        why: &str,
-    ) -> Result<(f64, Source), SimError> {
-        if isl <= window {
-            return self.mha_prefill(heads, kv_heads, head_dim, reqs, isl, why);
-        }
-        let pairs = window * isl - window * window * 0.5;
-        let flops = 2.0 * 2.0 * reqs as f64 * heads as f64 * pairs * head_dim as f64;
-        let bytes = reqs as f64 * isl * (heads + 2 * kv_heads) as f64 * head_dim as f64 * 2.0;
-        Ok((
-            self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value),
-            Source::Roofline,
-        ))
-    }
-
     /// MHA prefill attention: `reqs` prompts of `isl` tokens.
     pub fn mha_prefill(
         &self,

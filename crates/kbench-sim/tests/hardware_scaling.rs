@@ -270,7 +270,7 @@ fn predicted_tpot_ms(hardware: &str) -> Vec<(u32, f64)> {
 /// The H100 profile has no tables of its own: H200's, moved by datasheet ratios, must
 /// predict how much slower H100 is. The H100 / H200 TPOT ratio is what the scaling alone
 /// decides (the engine terms and the model are the same on both boxes). Checked where it
-/// holds, C=1..8 (+3.8%, +5.7%, +6.4%, +6.4% with MSA's indexer and split-K merge priced;
+/// holds, C=1..8 (+3.7%, +5.5%, +6.2%, +6.3% with MSA's indexer and split-K merge priced;
 /// +5.1% to +11.0% before), and from C=16 the prediction is 1.23-1.30 against a measured
 /// 1.08-1.10
 /// (docs/cost-model.md, "Op tables on another GPU": M3's MoE has no table and its roofline

@@ -22,9 +22,13 @@ fn m3(engine: EngineProfile, model: ModelArch) -> CostModel {
 
 /// M3 on 8x H200 with no op table: every operator by its roofline, monotone in its work.
 fn roofline(model: ModelArch) -> CostModel {
+    roofline_with(shipped(), model)
+}
+
+fn roofline_with(engine: EngineProfile, model: ModelArch) -> CostModel {
     CostModel::new(
         preset("8x-h200").unwrap(),
-        shipped(),
+        engine,
         None,
         model,
         None,
@@ -64,14 +68,15 @@ fn msa_layers_launch_the_indexer_and_the_merge_beside_attention() {
         1,
         1500.0,
     );
-    // score + top-k + merge in each sparse layer
-    assert_eq!(sparse.operators, dense.operators + 3 * SPARSE_LAYERS);
+    // the index score, the top-k's partial and merge, the attend's merge: four launches more
+    // in each sparse layer
+    assert_eq!(sparse.operators, dense.operators + 4 * SPARSE_LAYERS);
     assert!(!dense.gpu_us.contains_key("attn.indexer"));
     let floor = 2.7;
     let indexer = sparse.gpu_us["attn.indexer"];
     let merge = sparse.gpu_us["attn.split_k_merge"];
     assert!(
-        indexer >= 2.0 * floor * SPARSE_LAYERS as f64 * 0.99,
+        indexer >= 3.0 * floor * SPARSE_LAYERS as f64 * 0.99,
         "indexer {indexer:.1} us"
     );
     assert!(
@@ -105,10 +110,24 @@ fn the_index_projections_widen_the_qkv_gemm() {
 
 #[test]
 fn a_prefill_scores_blocks_but_merges_nothing() {
-    let c = m3(shipped(), ModelArch::preset("minimax-m3").unwrap());
-    let p = pass(&c, PassKind::TargetPrefill, 1024, 1, 0.0);
-    assert!(p.gpu_us["attn.indexer"] > 0.0);
-    assert!(!p.gpu_us.contains_key("attn.split_k_merge"));
+    let sparse = pass(
+        &m3(shipped(), ModelArch::preset("minimax-m3").unwrap()),
+        PassKind::TargetPrefill,
+        1024,
+        1,
+        0.0,
+    );
+    let dense = pass(
+        &m3(shipped(), dense_m3()),
+        PassKind::TargetPrefill,
+        1024,
+        1,
+        0.0,
+    );
+    assert!(sparse.gpu_us["attn.indexer"] > 0.0);
+    assert!(!sparse.gpu_us.contains_key("attn.split_k_merge"));
+    // the index score and one top-k launch
+    assert_eq!(sparse.operators, dense.operators + 2 * SPARSE_LAYERS);
 }
 
 #[test]
@@ -165,14 +184,21 @@ fn past_the_window_a_query_reads_its_selected_blocks() {
 }
 
 /// A prompt past the window is attended as a band: 2,048 x 8,192 - 2,048^2 / 2 query-key
-/// pairs in each sparse layer instead of 8,192^2 / 2, 0.44 of them.
+/// pairs in each sparse layer instead of 8,192^2 / 2, 0.44 of them. Read once per request
+/// (`sparse_kv_reads` unset), the prefill is compute-bound and follows the pairs.
 #[test]
 fn a_long_prompt_attends_a_band_in_the_sparse_layers() {
-    let attention = |model: ModelArch| {
-        let c = roofline(model);
-        pass(&c, PassKind::TargetPrefill, 8192, 1, 0.0).gpu_us["attention"]
+    let once = || {
+        let mut e = shipped();
+        e.attention.sparse_kv_reads = None;
+        e
     };
-    let ratio = attention(ModelArch::preset("minimax-m3").unwrap()) / attention(dense_m3());
+    let attention = |model: ModelArch, isl: u32| {
+        let c = roofline_with(once(), model);
+        pass(&c, PassKind::TargetPrefill, isl, 1, 0.0).gpu_us["attention"]
+    };
+    let ratio =
+        attention(ModelArch::preset("minimax-m3").unwrap(), 8192) / attention(dense_m3(), 8192);
     let band = (2048.0 * 8192.0 - 2048.0 * 2048.0 / 2.0) / (8192.0 * 8192.0 / 2.0);
     let expected = (3.0 + SPARSE_LAYERS as f64 * band) / 60.0;
     assert!(
@@ -180,10 +206,78 @@ fn a_long_prompt_attends_a_band_in_the_sparse_layers() {
         "{ratio:.3} against {expected:.3}"
     );
     // within the window the two are the same causal triangle
-    let short = |model: ModelArch| {
-        let c = roofline(model);
-        pass(&c, PassKind::TargetPrefill, 1024, 1, 0.0).gpu_us["attention"]
-    };
-    let same = short(ModelArch::preset("minimax-m3").unwrap()) / short(dense_m3());
+    let same =
+        attention(ModelArch::preset("minimax-m3").unwrap(), 1024) / attention(dense_m3(), 1024);
     assert!((same - 1.0).abs() < 1e-9, "{same}");
+}
+
+/// vLLM's M3 prefill kernel gives every query token its own programs over its selected
+/// blocks (`minimax_m3_sparse_attn`, BLOCK_SIZE_Q 1): an 8k prompt's queries read 2,048 keys
+/// and values each, 7.5 GB a layer per rank at TP 8 where the FLOPs alone take a fraction.
+#[test]
+fn a_sparse_prefill_reads_per_query_token_where_the_profile_says() {
+    let mut once = shipped();
+    once.attention.sparse_kv_reads = None;
+    let at = |engine: EngineProfile| {
+        let c = roofline_with(engine, ModelArch::preset("minimax-m3").unwrap());
+        pass(&c, PassKind::TargetPrefill, 8192, 1, 0.0).gpu_us["attention"]
+    };
+    let ratio = at(shipped()) / at(once);
+    assert!(ratio > 3.0, "per-token / once {ratio:.2}");
+}
+
+/// The indexer's query heads split over TP like the KV heads (at least one per rank): an
+/// 8k prompt's scores cost twice as much per rank at TP 2 (two index heads) as at TP 8 (one).
+#[test]
+fn index_heads_split_over_tensor_parallel_ranks() {
+    let indexer = |tp: u32| {
+        let c = CostModel::new(
+            preset("8x-h200").unwrap(),
+            shipped(),
+            None,
+            ModelArch::preset("minimax-m3").unwrap(),
+            None,
+            tp,
+            512,
+        )
+        .unwrap();
+        pass(&c, PassKind::TargetPrefill, 8192, 1, 0.0).gpu_us["attn.indexer"]
+    };
+    let ratio = indexer(2) / indexer(8);
+    assert!(
+        (1.8..=2.05).contains(&ratio),
+        "TP2 / TP8 indexer {ratio:.2}"
+    );
+}
+
+/// The decode score kernel tiles a request's query tokens, so a verify block of 4 tokens
+/// reads its request's index keys once: at 16k tokens of context, where the keys are most of
+/// what the indexer moves, 128 requests verifying 4 tokens each cost about what 128 plain
+/// decodes do.
+#[test]
+fn the_indexer_reads_a_requests_index_keys_once() {
+    let c = roofline(ModelArch::preset("minimax-m3").unwrap());
+    let verify = pass(&c, PassKind::TargetVerify, 512, 128, 16000.0).gpu_us["attn.indexer"];
+    let decode = pass(&c, PassKind::TargetDecode, 128, 128, 16000.0).gpu_us["attn.indexer"];
+    assert!(
+        verify < 1.2 * decode,
+        "verify {verify:.1} us, decode {decode:.1} us"
+    );
+}
+
+/// The indexer's context-dependent cost is part of what a pass adds at its context, not only
+/// of the breakdown: a pass past the window grows with the context by at least the indexer's
+/// growth (its sparse attention is flat there).
+#[test]
+fn the_indexer_is_priced_at_the_passs_context() {
+    let c = m3(shipped(), ModelArch::preset("minimax-m3").unwrap());
+    let at = |ctx: f64| pass(&c, PassKind::TargetDecode, 64, 64, ctx);
+    let (short, long) = (at(8000.0), at(16000.0));
+    let indexer = long.gpu_us["attn.indexer"] - short.gpu_us["attn.indexer"];
+    assert!(indexer > 0.0);
+    assert!(
+        long.time_us - short.time_us >= indexer * 0.99,
+        "pass grew {:.1} us, its indexer {indexer:.1} us",
+        long.time_us - short.time_us
+    );
 }

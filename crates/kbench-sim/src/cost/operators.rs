@@ -417,12 +417,7 @@ impl CostModel {
                         acc.add("attention", dense_layers, attn, 1);
                     }
                     if let Some(sa) = sparse {
-                        // Within its window a sparse layer attends to every block (the
-                        // causal triangle); past it, to its selected blocks only.
-                        let window = sa.dense_up_to_tokens as f64;
-                        let attn = self.attention_kernel(
-                            p.mha_prefill_windowed(heads, kv, hd, requests, isl, window, why)?,
-                        );
+                        let attn = self.attention_kernel(self.sparse_prefill(m, sa, pass));
                         acc.add("attention", sparse_layers, attn, 1);
                     }
                 } else {
@@ -441,12 +436,7 @@ impl CostModel {
                         acc.add("attention", dense_layers, attn, 1);
                     }
                     if let Some(sa) = sparse {
-                        let reads = self
-                            .engine
-                            .attention
-                            .sparse_kv_reads
-                            .unwrap_or(self.engine.attention.mha_kv_reads);
-                        let streams = Self::kv_streams(pass, reads);
+                        let streams = Self::kv_streams(pass, self.sparse_kv_reads());
                         // a query reads its selected blocks: the whole context within the
                         // window, the window's worth past it
                         let selected = ctx.min(sa.dense_up_to_tokens as f64);
@@ -471,12 +461,47 @@ impl CostModel {
         Ok(())
     }
 
+    /// A block-sparse layer's prefill attention over its prompt. Within the window a query
+    /// attends to every block (the causal triangle), past it to its selected blocks only (a
+    /// band, W x L - W^2 / 2 query-key pairs), at the BF16 rate on its FLOPs. vLLM's M3
+    /// kernel gives every query token its own programs (`minimax_m3_sparse_attn`: grid
+    /// query tokens x KV heads x requests, BLOCK_SIZE_Q 1), so where the engine profile says
+    /// `sparse_kv_reads = "per_query_token"` each query reads its keys and values again.
+    fn sparse_prefill(&self, m: &ModelArch, sa: &SparseAttention, pass: Pass) -> (f64, Source) {
+        let p = self.pricer();
+        let window = sa.dense_up_to_tokens as f64;
+        let (isl, reqs) = (pass.isl, pass.requests.max(1) as f64);
+        let heads = (m.num_heads / self.tp) as f64;
+        let kv = (m.num_kv_heads / self.tp).max(1) as f64;
+        let hd = m.head_dim as f64;
+        let pairs = if isl <= window {
+            isl * isl * 0.5
+        } else {
+            window * isl - window * window * 0.5
+        };
+        let flops = 2.0 * 2.0 * reqs * heads * pairs * hd;
+        // Q read, O written, the prompt's K and V written once
+        let mut bytes = reqs * isl * (heads + 2.0 * kv) * hd * 2.0;
+        if self.sparse_kv_reads() == KvReads::PerQueryToken {
+            bytes += reqs * pairs * kv * hd * 2.0 * 2.0;
+        }
+        (p.bf16_kernel(bytes, flops), Source::Roofline)
+    }
+
+    fn sparse_kv_reads(&self) -> KvReads {
+        self.engine
+            .attention
+            .sparse_kv_reads
+            .unwrap_or(self.engine.attention.mha_kv_reads)
+    }
+
     /// What a block-sparse layer runs besides its attention, as vLLM's MiniMax-M3 code does
     /// on GPUs without the SM100 kernels (vllm/models/minimax_m3/common/ops/index_topk.py,
     /// sparse_attn.py): the indexer's score kernel (every index head against the one index key
-    /// of every context token, max-pooled per block) and its top-k kernel, two launches per
-    /// layer in prefill and decode alike; in decode and verify, the attend's split-K partials
-    /// merged by a second launch (`_merge_topk_attn_out_kernel`).
+    /// of every context token, max-pooled per block) and its top-k selection, one launch in
+    /// prefill (`_topk_index_kernel`) and two in decode and verify (`_topk_index_partial_kernel`
+    /// over chunks of blocks, then `_topk_index_merge_kernel`); in decode and verify, the
+    /// attend's split-K partials merged by another launch (`_merge_topk_attn_out_kernel`).
     fn sparse_indexer(
         &self,
         m: &ModelArch,
@@ -517,7 +542,16 @@ impl CostModel {
             )
         };
         let score = p.bf16_kernel(score_bytes + scores, score_flops);
-        let topk = p.elementwise(scores + t * index_heads * sa.topk_blocks as f64 * 4.0);
+        let selected = t * index_heads * sa.topk_blocks as f64 * 4.0;
+        let (topk, launches) = if prefill {
+            (p.elementwise(scores + selected), 2)
+        } else {
+            // each chunk's partial top-k, then their merge
+            (
+                p.elementwise(scores + selected) + p.elementwise(2.0 * selected),
+                3,
+            )
+        };
         if !prefill {
             acc.attn_us += (score + topk) * sparse_layers;
         }
@@ -525,7 +559,7 @@ impl CostModel {
             "attn.indexer",
             sparse_layers,
             (score + topk, Source::Roofline),
-            2,
+            launches,
         );
         if !prefill {
             // split-K over the selected blocks into a fixed grid of about 256 programs
