@@ -47,7 +47,7 @@ pub struct KvPool {
     pub pool_bytes: f64,
     pub target_bytes_per_token: u64,
     pub draft_bytes_per_token: u64,
-    /// Slots added for draft and verify tokens (speculation only).
+    /// Slots SGLang adds for draft and verify tokens (speculation under SGLang only).
     pub speculative_slots: u64,
     /// `max_total_tokens` lowered the count.
     pub capped_by_max_total_tokens: bool,
@@ -197,7 +197,10 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
     };
     let mut tokens = (pool_bytes / per_token as f64) as u64;
     let s = &exp.speculative;
-    let speculative_slots = if s.is_speculative() {
+    // SGLang adds headroom for draft and verify tokens to the pool it profiled
+    // (draft_runner_cache_size); vLLM takes a request's lookahead slots from the pool itself
+    // (KVCacheManager.allocate_slots with num_lookahead_tokens), adding none.
+    let speculative_slots = if s.is_speculative() && exp.engine.kind == ServingEngineKind::Sglang {
         exp.max_running_requests as u64
             * (s.shape.num_steps * s.shape.topk + s.shape.num_draft_tokens) as u64
             + 100
