@@ -331,13 +331,10 @@ impl Pricer<'_> {
             let ms = t.lookup("mla_gen/bf16", [heads as f64, rows, ctx.max(1.0)], why)?;
             let per_stream = 2.0 * 2.0 * kv_streams as f64 * heads as f64 * ctx * latent as f64;
             let (us, source) = self.moved_same(ms * 1e3, Work::bf16(bytes, per_stream))?;
-            let math = self.roofline(0.0, flops, self.profile.gpu.bf16_tflops.value);
+            let math = self.bf16_kernel(0.0, flops);
             return Ok((us.max(math), source));
         }
-        Ok((
-            self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value),
-            Source::Roofline,
-        ))
+        Ok((self.bf16_kernel(bytes, flops), Source::Roofline))
     }
 
     /// MLA prefill attention: `reqs` prompts of `isl` tokens.
@@ -358,21 +355,18 @@ impl Pricer<'_> {
             )?;
             return self.moved_same(ms * 1e3, Work::bf16(bytes, flops));
         }
-        Ok((
-            self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value),
-            Source::Roofline,
-        ))
+        Ok((self.bf16_kernel(bytes, flops), Source::Roofline))
     }
 
     /// MLA prefill attention by a kernel the op tables did not measure: its causal FLOPs
     /// and its Q/K/V/O bytes at the GPU's BF16 rate.
     pub fn mla_prefill_roofline(&self, heads: u32, reqs: u32, isl: f64, head_dim: u32) -> f64 {
         let (bytes, flops) = mla_prefill_work(heads, reqs, isl, head_dim);
-        self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value)
+        self.bf16_kernel(bytes, flops)
     }
 
-    /// A kernel no op table measured, in BF16 math: its bytes and FLOPs at the GPU's BF16
-    /// rate, never faster than the shortest kernel.
+    /// A kernel in BF16 math by its roofline: its bytes and FLOPs at the GPU's BF16 rate,
+    /// never faster than the shortest kernel.
     pub fn bf16_kernel(&self, bytes: f64, flops: f64) -> f64 {
         self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value)
     }
@@ -399,10 +393,7 @@ impl Pricer<'_> {
             let ms = tb.lookup(op, [heads as f64, tokens.max(1) as f64, 1.0], why)?;
             return self.moved_same(ms * 1e3, Work::bf16(bytes, flops));
         }
-        Ok((
-            self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value),
-            Source::Roofline,
-        ))
+        Ok((self.bf16_kernel(bytes, flops), Source::Roofline))
     }
 
     /// MHA decode attention (head_dim 128 tables): `queries` queries from `kv_streams`
@@ -432,14 +423,11 @@ impl Pricer<'_> {
                 let per_stream =
                     2.0 * 2.0 * kv_streams as f64 * heads as f64 * ctx * head_dim as f64;
                 let (us, source) = self.moved_same(ms * 1e3, Work::bf16(bytes, per_stream))?;
-                let math = self.roofline(0.0, flops, self.profile.gpu.bf16_tflops.value);
+                let math = self.bf16_kernel(0.0, flops);
                 return Ok((us.max(math), source));
             }
         }
-        Ok((
-            self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value),
-            Source::Roofline,
-        ))
+        Ok((self.bf16_kernel(bytes, flops), Source::Roofline))
     }
 
     /// MHA prefill attention: `reqs` prompts of `isl` tokens.
@@ -464,9 +452,6 @@ impl Pricer<'_> {
                 return self.moved_same(ms * 1e3, Work::bf16(bytes, flops));
             }
         }
-        Ok((
-            self.roofline(bytes, flops, self.profile.gpu.bf16_tflops.value),
-            Source::Roofline,
-        ))
+        Ok((self.bf16_kernel(bytes, flops), Source::Roofline))
     }
 }

@@ -26,13 +26,17 @@ fn roofline(model: ModelArch) -> CostModel {
 }
 
 fn roofline_with(engine: EngineProfile, model: ModelArch) -> CostModel {
+    roofline_at_tp(engine, model, 8)
+}
+
+fn roofline_at_tp(engine: EngineProfile, model: ModelArch, tp: u32) -> CostModel {
     CostModel::new(
         preset("8x-h200").unwrap(),
         engine,
         None,
         model,
         None,
-        8,
+        tp,
         512,
     )
     .unwrap()
@@ -42,8 +46,12 @@ fn shipped() -> EngineProfile {
     engine_preset("vllm-minimax-m3-h200").unwrap()
 }
 
+fn sparse_m3() -> ModelArch {
+    ModelArch::preset("minimax-m3").unwrap()
+}
+
 fn dense_m3() -> ModelArch {
-    let mut m = ModelArch::preset("minimax-m3").unwrap();
+    let mut m = sparse_m3();
     m.sparse_attention = None;
     m
 }
@@ -52,22 +60,22 @@ fn pass(c: &CostModel, kind: PassKind, tokens: u32, reqs: u32, ctx: f64) -> Pass
     c.explain_pass(kind, tokens, reqs, ctx).unwrap()
 }
 
+/// One pass of M3 under the shipped profile, with its MSA layers and with them dense.
+fn sparse_and_dense(
+    kind: PassKind,
+    tokens: u32,
+    reqs: u32,
+    ctx: f64,
+) -> (PassBreakdown, PassBreakdown) {
+    (
+        pass(&m3(shipped(), sparse_m3()), kind, tokens, reqs, ctx),
+        pass(&m3(shipped(), dense_m3()), kind, tokens, reqs, ctx),
+    )
+}
+
 #[test]
 fn msa_layers_launch_the_indexer_and_the_merge_beside_attention() {
-    let sparse = pass(
-        &m3(shipped(), ModelArch::preset("minimax-m3").unwrap()),
-        PassKind::TargetDecode,
-        1,
-        1,
-        1500.0,
-    );
-    let dense = pass(
-        &m3(shipped(), dense_m3()),
-        PassKind::TargetDecode,
-        1,
-        1,
-        1500.0,
-    );
+    let (sparse, dense) = sparse_and_dense(PassKind::TargetDecode, 1, 1, 1500.0);
     // the index score, the top-k's partial and merge, the attend's merge: four launches more
     // in each sparse layer
     assert_eq!(sparse.operators, dense.operators + 4 * SPARSE_LAYERS);
@@ -98,7 +106,7 @@ fn the_index_projections_widen_the_qkv_gemm() {
         // a 4,096-token prefill: compute-bound, so the time follows the GEMM's width
         pass(&c, PassKind::TargetPrefill, 4096, 4, 0.0).gpu_us["attn.qkv_proj"]
     };
-    let sparse = qkv(ModelArch::preset("minimax-m3").unwrap());
+    let sparse = qkv(sparse_m3());
     let dense = qkv(dense_m3());
     let expected = (3.0 * 10.0 + SPARSE_LAYERS as f64 * 12.0) / (60.0 * 10.0);
     assert!(
@@ -110,20 +118,7 @@ fn the_index_projections_widen_the_qkv_gemm() {
 
 #[test]
 fn a_prefill_scores_blocks_but_merges_nothing() {
-    let sparse = pass(
-        &m3(shipped(), ModelArch::preset("minimax-m3").unwrap()),
-        PassKind::TargetPrefill,
-        1024,
-        1,
-        0.0,
-    );
-    let dense = pass(
-        &m3(shipped(), dense_m3()),
-        PassKind::TargetPrefill,
-        1024,
-        1,
-        0.0,
-    );
+    let (sparse, dense) = sparse_and_dense(PassKind::TargetPrefill, 1024, 1, 0.0);
     assert!(sparse.gpu_us["attn.indexer"] > 0.0);
     assert!(!sparse.gpu_us.contains_key("attn.split_k_merge"));
     // the index score and one top-k launch
@@ -132,7 +127,7 @@ fn a_prefill_scores_blocks_but_merges_nothing() {
 
 #[test]
 fn the_indexer_reads_more_as_the_context_grows() {
-    let c = m3(shipped(), ModelArch::preset("minimax-m3").unwrap());
+    let c = m3(shipped(), sparse_m3());
     let short = pass(&c, PassKind::TargetDecode, 128, 128, 256.0).gpu_us["attn.indexer"];
     let long = pass(&c, PassKind::TargetDecode, 128, 128, 2000.0).gpu_us["attn.indexer"];
     assert!(
@@ -146,11 +141,11 @@ fn the_indexer_reads_more_as_the_context_grows() {
 /// the 3 dense ones.
 #[test]
 fn verify_reads_msa_blocks_per_query_token_where_the_profile_says() {
-    let per_token = m3(shipped(), ModelArch::preset("minimax-m3").unwrap());
+    let per_token = m3(shipped(), sparse_m3());
     let mut once = shipped();
     assert_eq!(once.attention.sparse_kv_reads, Some(KvReads::PerQueryToken));
     once.attention.sparse_kv_reads = None;
-    let per_request = m3(once, ModelArch::preset("minimax-m3").unwrap());
+    let per_request = m3(once, sparse_m3());
     let a = pass(&per_token, PassKind::TargetVerify, 512, 128, 1500.0).gpu_us["attention"];
     let b = pass(&per_request, PassKind::TargetVerify, 512, 128, 1500.0).gpu_us["attention"];
     let ratio = a / b;
@@ -169,7 +164,7 @@ fn verify_reads_msa_blocks_per_query_token_where_the_profile_says() {
 /// dense layers still double), while the indexer, which scores every block, doubles.
 #[test]
 fn past_the_window_a_query_reads_its_selected_blocks() {
-    let sparse = m3(shipped(), ModelArch::preset("minimax-m3").unwrap());
+    let sparse = m3(shipped(), sparse_m3());
     let dense = m3(shipped(), dense_m3());
     let at =
         |c: &CostModel, ctx: f64, op: &str| pass(c, PassKind::TargetDecode, 64, 64, ctx).gpu_us[op];
@@ -197,8 +192,7 @@ fn a_long_prompt_attends_a_band_in_the_sparse_layers() {
         let c = roofline_with(once(), model);
         pass(&c, PassKind::TargetPrefill, isl, 1, 0.0).gpu_us["attention"]
     };
-    let ratio =
-        attention(ModelArch::preset("minimax-m3").unwrap(), 8192) / attention(dense_m3(), 8192);
+    let ratio = attention(sparse_m3(), 8192) / attention(dense_m3(), 8192);
     let band = (2048.0 * 8192.0 - 2048.0 * 2048.0 / 2.0) / (8192.0 * 8192.0 / 2.0);
     let expected = (3.0 + SPARSE_LAYERS as f64 * band) / 60.0;
     assert!(
@@ -206,8 +200,7 @@ fn a_long_prompt_attends_a_band_in_the_sparse_layers() {
         "{ratio:.3} against {expected:.3}"
     );
     // within the window the two are the same causal triangle
-    let same =
-        attention(ModelArch::preset("minimax-m3").unwrap(), 1024) / attention(dense_m3(), 1024);
+    let same = attention(sparse_m3(), 1024) / attention(dense_m3(), 1024);
     assert!((same - 1.0).abs() < 1e-9, "{same}");
 }
 
@@ -219,7 +212,7 @@ fn a_sparse_prefill_reads_per_query_token_where_the_profile_says() {
     let mut once = shipped();
     once.attention.sparse_kv_reads = None;
     let at = |engine: EngineProfile| {
-        let c = roofline_with(engine, ModelArch::preset("minimax-m3").unwrap());
+        let c = roofline_with(engine, sparse_m3());
         pass(&c, PassKind::TargetPrefill, 8192, 1, 0.0).gpu_us["attention"]
     };
     let ratio = at(shipped()) / at(once);
@@ -231,16 +224,7 @@ fn a_sparse_prefill_reads_per_query_token_where_the_profile_says() {
 #[test]
 fn index_heads_split_over_tensor_parallel_ranks() {
     let indexer = |tp: u32| {
-        let c = CostModel::new(
-            preset("8x-h200").unwrap(),
-            shipped(),
-            None,
-            ModelArch::preset("minimax-m3").unwrap(),
-            None,
-            tp,
-            512,
-        )
-        .unwrap();
+        let c = roofline_at_tp(shipped(), sparse_m3(), tp);
         pass(&c, PassKind::TargetPrefill, 8192, 1, 0.0).gpu_us["attn.indexer"]
     };
     let ratio = indexer(2) / indexer(8);
@@ -256,7 +240,7 @@ fn index_heads_split_over_tensor_parallel_ranks() {
 /// decodes do.
 #[test]
 fn the_indexer_reads_a_requests_index_keys_once() {
-    let c = roofline(ModelArch::preset("minimax-m3").unwrap());
+    let c = roofline(sparse_m3());
     let verify = pass(&c, PassKind::TargetVerify, 512, 128, 16000.0).gpu_us["attn.indexer"];
     let decode = pass(&c, PassKind::TargetDecode, 128, 128, 16000.0).gpu_us["attn.indexer"];
     assert!(
@@ -270,7 +254,7 @@ fn the_indexer_reads_a_requests_index_keys_once() {
 /// growth (its sparse attention is flat there).
 #[test]
 fn the_indexer_is_priced_at_the_passs_context() {
-    let c = m3(shipped(), ModelArch::preset("minimax-m3").unwrap());
+    let c = m3(shipped(), sparse_m3());
     let at = |ctx: f64| pass(&c, PassKind::TargetDecode, 64, 64, ctx);
     let (short, long) = (at(8000.0), at(16000.0));
     let indexer = long.gpu_us["attn.indexer"] - short.gpu_us["attn.indexer"];
