@@ -110,8 +110,9 @@ pub struct QuantInfo {
     /// E8M0 / FP8 scales of MXFP8, MXFP4 and NVFP4, 4 for FP8 block scales.
     #[serde(default = "bf16_scale")]
     pub scale_bytes: f64,
-    /// How the GEMMs run: weights dequantized to BF16 math (W4A16 Marlin), or the
-    /// weight format's own tensor-core rate (FP8, FP4 with dynamic activation quantization).
+    /// How the GEMMs run: weights dequantized to BF16 math (W4A16 Marlin), the weight
+    /// format's own tensor-core rate (FP8, FP4 with dynamic activation quantization), or,
+    /// for a microscaling format, whichever of the two the GPU allows.
     #[serde(default)]
     pub math: QuantMath,
 }
@@ -128,6 +129,14 @@ pub enum QuantMath {
     WeightOnly,
     /// Activations quantized too: the tensor cores of the weights' precision.
     Native,
+    /// A microscaling format (MXFP8: FP8 values, one E8M0 scale per 32 weights): native
+    /// block-scaled tensor-core math where the GPU has it (compute capability 10.0 and up),
+    /// otherwise weights dequantized in a Marlin kernel to BF16 math. That is vLLM's rule:
+    /// `select_mxfp8_linear_backend` (quantization/utils/mxfp8_utils.py) picks FlashInfer's
+    /// CUTLASS `mm_mxfp8` at `has_device_capability(100)` and Marlin's W8A16 below, and the
+    /// MXFP8 MoE oracle's DeepGEMM path declares the 1x32 scheme Blackwell-only, leaving
+    /// Marlin on Hopper.
+    BlockScaled,
 }
 
 impl QuantInfo {
@@ -489,7 +498,7 @@ fn minimax_m3() -> ModelArch {
             symmetric: true,
             routed_experts_only: false,
             scale_bytes: 1.0,
-            math: QuantMath::Native,
+            math: QuantMath::BlockScaled,
         }),
         rms_norm_eps: 1e-6,
         rope_theta: 5_000_000.0,
@@ -801,7 +810,12 @@ fn parse_quant(q: &Value) -> Option<QuantInfo> {
     };
     match method.as_str() {
         "fp8" => return Some(native(block.unwrap_or(128 * 128), 4.0)),
-        "mxfp8" => return Some(native(block.unwrap_or(32), 1.0)),
+        "mxfp8" => {
+            return Some(QuantInfo {
+                math: QuantMath::BlockScaled,
+                ..native(block.unwrap_or(32), 1.0)
+            })
+        }
         _ => {}
     }
     // compressed-tensors nests the weight scheme under config_groups.<group>.weights.

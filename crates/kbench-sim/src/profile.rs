@@ -94,6 +94,10 @@ pub struct GpuSection {
     /// Shortest time a kernel takes on this GPU (launch + tail), microseconds: the floor of
     /// every roofline-priced operator.
     pub min_kernel_us: Param,
+    /// CUDA compute capability (9.0 for Hopper, 10.0 for B200): what engines choose kernels
+    /// by, such as the block-scaled MXFP8 GEMMs vLLM runs only at 10.0 and up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<Param>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -9,6 +9,7 @@ use super::{Acc, CostModel, PassKind};
 use crate::engine_profile::KvReads;
 use crate::error::SimError;
 use crate::pricer::{Math, MoeShape, Pricer, Source, Weights};
+use crate::profile::HardwareProfile;
 
 /// What every operator of one pass is priced for.
 #[derive(Clone, Copy)]
@@ -268,7 +269,7 @@ impl CostModel {
     ) -> Result<(), SimError> {
         let p = self.pricer();
         let tp = self.tp;
-        let w = dense_weights(m);
+        let w = dense_weights(m, p.profile)?;
         let Pass {
             t,
             requests,
@@ -586,7 +587,7 @@ impl CostModel {
     fn feed_forward(&self, m: &ModelArch, pass: Pass, acc: &mut Acc) -> Result<(), SimError> {
         let p = self.pricer();
         let tp = self.tp;
-        let w = dense_weights(m);
+        let w = dense_weights(m, p.profile)?;
         let Pass {
             t, prefill, why, ..
         } = pass;
@@ -635,7 +636,7 @@ impl CostModel {
                     2,
                 );
                 let (bpw, math) = match &m.quant {
-                    Some(q) => (q.bytes_per_weight(), quant_math(q)),
+                    Some(q) => (q.bytes_per_weight(), quant_math(q, p.profile)?),
                     None => (2.0, Math::Bf16),
                 };
                 // Marlin MoE: align/sort, gate_up, activation, down, weighted sum.
@@ -716,23 +717,45 @@ fn add_logits_head(
 
 /// The tensor-core rate a quantized GEMM runs at: weight-only INT4 dequantizes to BF16
 /// (Marlin's W4A16); FP8 and FP4 checkpoints with dynamic activation quantization run on
-/// the tensor cores of their own precision.
-fn quant_math(q: &QuantInfo) -> Math {
-    match (q.math, q.num_bits) {
-        (QuantMath::WeightOnly, 4) => Math::W4A16,
-        (QuantMath::WeightOnly, _) => Math::Bf16,
-        (QuantMath::Native, b) if b <= 4 => Math::Fp4,
-        (QuantMath::Native, _) => Math::Fp8,
-    }
+/// the tensor cores of their own precision; a microscaling format runs on block-scaled
+/// tensor cores from compute capability 10.0 and on Marlin's W8A16 / W4A16 below
+/// (`QuantMath::BlockScaled`).
+fn quant_math(q: &QuantInfo, gpu: &HardwareProfile) -> Result<Math, SimError> {
+    let native = match q.math {
+        QuantMath::WeightOnly => false,
+        QuantMath::Native => true,
+        QuantMath::BlockScaled => {
+            let capability = gpu.gpu.compute_capability.as_ref().ok_or_else(|| {
+                SimError::Profile {
+                    origin: gpu.origin.clone(),
+                    message: format!(
+                        "the model's {} weights run on block-scaled tensor cores only from compute capability 10.0 (vLLM's select_mxfp8_linear_backend) and on Marlin's weight-only kernels below: give gpu.compute_capability",
+                        q.method
+                    ),
+                }
+            })?;
+            capability.value >= BLOCK_SCALED_MMA_CAPABILITY
+        }
+    };
+    Ok(match (native, q.num_bits) {
+        (false, 4) => Math::W4A16,
+        (false, _) => Math::Bf16,
+        (true, b) if b <= 4 => Math::Fp4,
+        (true, _) => Math::Fp8,
+    })
 }
 
+/// Block-scaled MMA (tcgen05 on SM100, its SM120 kin) arrived with Blackwell; vLLM's
+/// `has_device_capability(100)` draws the same line.
+const BLOCK_SCALED_MMA_CAPABILITY: f64 = 10.0;
+
 /// The weights of a model's GEMMs outside the routed experts.
-fn dense_weights(m: &ModelArch) -> Weights {
-    match m.dense_quant() {
+fn dense_weights(m: &ModelArch, gpu: &HardwareProfile) -> Result<Weights, SimError> {
+    Ok(match m.dense_quant() {
         Some(q) => Weights {
             bytes_per_weight: q.bytes_per_weight(),
-            math: quant_math(q),
+            math: quant_math(q, gpu)?,
         },
         None => Weights::BF16,
-    }
+    })
 }

@@ -1,0 +1,126 @@
+//! Microscaling weights (MXFP8) run where the GPU lets them: block-scaled FP8 tensor cores
+//! from compute capability 10.0, Marlin's weight-only W8A16 (BF16 math) below, as vLLM's
+//! `select_mxfp8_linear_backend` and MXFP8 MoE oracle choose. The weights' bytes are the
+//! same either way; only the math rate moves.
+
+use kbench_core::arch::ModelArch;
+use kbench_sim::presets::{engine_preset, preset};
+use kbench_sim::{CostModel, HardwareProfile, PassKind};
+
+/// `model` at TP 8 on `profile` under `engine`, every operator by its roofline (no op
+/// table), so the math rate shows undiluted.
+fn model_on(
+    profile: HardwareProfile,
+    engine: &str,
+    model: &str,
+) -> Result<CostModel, kbench_sim::SimError> {
+    CostModel::new(
+        profile,
+        engine_preset(engine).unwrap(),
+        None,
+        ModelArch::preset(model).unwrap(),
+        None,
+        8,
+        512,
+    )
+}
+
+fn m3_on(profile: HardwareProfile) -> Result<CostModel, kbench_sim::SimError> {
+    model_on(profile, "vllm-minimax-m3-h200", "minimax-m3")
+}
+
+/// The H200 as shipped (9.0), and the same box claiming block-scaled MMA.
+fn h200_at(capability: f64) -> CostModel {
+    let mut profile = preset("8x-h200").unwrap();
+    profile.gpu.compute_capability.as_mut().unwrap().value = capability;
+    m3_on(profile).unwrap()
+}
+
+fn gpu_us(c: &CostModel, kind: PassKind, tokens: u32, reqs: u32, op: &str) -> f64 {
+    c.explain_pass(kind, tokens, reqs, 0.0).unwrap().gpu_us[op]
+}
+
+#[test]
+fn hopper_runs_mxfp8_gemms_at_the_bf16_rate() {
+    let hopper = h200_at(9.0);
+    let blackwell_rule = h200_at(10.0);
+    let prefill = |c: &CostModel, op: &str| gpu_us(c, PassKind::TargetPrefill, 8192, 1, op);
+    // An 8k-token prefill's GEMMs are compute-bound: the FP8 rate is twice the BF16 one on
+    // this datasheet (1,978 against 989 TFLOP/s). The shared expert's activation between
+    // its GEMMs is elementwise and moves with neither.
+    for op in [
+        "moe.routed_experts",
+        "moe.shared_expert",
+        "attn.qkv_proj",
+        "attn.o_proj",
+    ] {
+        let ratio = prefill(&hopper, op) / prefill(&blackwell_rule, op);
+        assert!(
+            ratio > 1.85 && ratio < 2.0 + 1e-9,
+            "{op}: Marlin W8A16 / block-scaled FP8 at 8k tokens = {ratio}"
+        );
+    }
+}
+
+#[test]
+fn a_decode_step_reads_the_same_mxfp8_bytes_on_either_path() {
+    // One token is memory-bound: W8A16 and W8A8 read the same FP8 weights and E8M0 scales.
+    let decode = |c: &CostModel| gpu_us(c, PassKind::TargetDecode, 1, 1, "moe.routed_experts");
+    let (hopper, blackwell_rule) = (decode(&h200_at(9.0)), decode(&h200_at(10.0)));
+    assert!(
+        (hopper / blackwell_rule - 1.0).abs() < 1e-9,
+        "batch-1 routed experts: {hopper} us against {blackwell_rule} us"
+    );
+}
+
+#[test]
+fn b200_runs_mxfp8_natively() {
+    let b200 = m3_on(preset("8x-b200").unwrap()).unwrap();
+    let mut b200_as_hopper = preset("8x-b200").unwrap();
+    b200_as_hopper
+        .gpu
+        .compute_capability
+        .as_mut()
+        .unwrap()
+        .value = 9.0;
+    let b200_as_hopper = m3_on(b200_as_hopper).unwrap();
+    // At B200's FP8 rate an 8k prefill's experts are near the weight reads' floor, so the
+    // BF16 rate costs less than twice.
+    let prefill = |c: &CostModel| gpu_us(c, PassKind::TargetPrefill, 8192, 1, "moe.routed_experts");
+    assert!(
+        prefill(&b200) * 1.3 < prefill(&b200_as_hopper),
+        "B200 (10.0) {} us against the same box at 9.0 {} us",
+        prefill(&b200),
+        prefill(&b200_as_hopper)
+    );
+}
+
+#[test]
+fn fp8_block_checkpoints_keep_fp8_math_on_hopper() {
+    // DeepSeek-V3's FP8 (128 x 128 fp32 block scales) runs W8A8 on Hopper's FP8 tensor
+    // cores (DeepGEMM / CUTLASS block FP8): compute capability does not touch it.
+    let deepseek_at = |capability: f64| {
+        let mut profile = preset("8x-h200").unwrap();
+        profile.gpu.compute_capability.as_mut().unwrap().value = capability;
+        model_on(profile, "vllm", "deepseek-v3").unwrap()
+    };
+    let prefill = |c: &CostModel| gpu_us(c, PassKind::TargetPrefill, 8192, 1, "moe.routed_experts");
+    assert_eq!(prefill(&deepseek_at(9.0)), prefill(&deepseek_at(10.0)));
+}
+
+#[test]
+fn a_profile_without_compute_capability_is_told_what_to_add() {
+    let mut profile = preset("8x-h200").unwrap();
+    profile.gpu.compute_capability = None;
+    let err = match m3_on(profile) {
+        Ok(c) => c
+            .explain_pass(PassKind::TargetDecode, 1, 1, 0.0)
+            .expect_err("an MXFP8 model on a GPU of unknown capability"),
+        Err(e) => e,
+    };
+    let message = err.to_string();
+    assert!(
+        message.contains("gpu.compute_capability") && message.contains("mxfp8"),
+        "{message}"
+    );
+}
