@@ -117,6 +117,19 @@ pub struct KernelSection {
     /// one-shot all-reduce (NVLink, small messages) beats NCCL's ring.
     #[serde(default = "tables_as_measured")]
     pub all_reduce_scale: Param,
+    /// The share of the BF16 tensor rate the engine's weight-only kernels (Marlin's W4A16 /
+    /// W8A16: weights dequantized in registers, Ampere's `mma.sync`) reach where a GEMM is
+    /// compute-bound; a memory-bound GEMM reads its bytes at the same speed either way.
+    #[serde(default = "profile_rate")]
+    pub weight_only_rate: Param,
+}
+
+fn profile_rate() -> Param {
+    Param::new(
+        1.0,
+        Provenance::Prior,
+        "the hardware profile's rate for the weights' math",
+    )
 }
 
 fn tables_as_measured() -> Param {
@@ -134,6 +147,7 @@ impl Default for KernelSection {
             moe_prefill_scale: tables_as_measured(),
             attention_scale: tables_as_measured(),
             all_reduce_scale: tables_as_measured(),
+            weight_only_rate: profile_rate(),
         }
     }
 }
@@ -359,6 +373,7 @@ param_table!(
     "kernels.moe_prefill_scale" => kernels.moe_prefill_scale,
     "kernels.attention_scale" => kernels.attention_scale,
     "kernels.all_reduce_scale" => kernels.all_reduce_scale,
+    "kernels.weight_only_rate" => kernels.weight_only_rate,
 });
 
 impl EngineProfile {

@@ -35,6 +35,9 @@ pub struct Pricer<'a> {
     pub expert_spread: f64,
     /// (latency us, bus GB/s): price the all-reduce from these link terms, not the table.
     pub all_reduce_link: Option<(f64, f64)>,
+    /// The share of its precision's tensor rate the engine's weight-only kernels (Marlin's
+    /// W4A16 / W8A16) reach where compute-bound: 1 takes the hardware profile's rate.
+    pub weight_only_rate: f64,
 }
 
 /// The tensor-core rate an operator's math runs at.
@@ -43,6 +46,8 @@ pub enum Math {
     Bf16,
     /// INT4 weights dequantized to BF16 math (Marlin).
     W4A16,
+    /// 8-bit weights (FP8, MXFP8, INT8) dequantized to BF16 math (Marlin's W8A16).
+    W8A16,
     Fp8,
     Fp4,
 }
@@ -105,6 +110,7 @@ fn rate(p: &HardwareProfile, math: Math) -> Result<f64, SimError> {
     Ok(match math {
         Math::Bf16 => g.bf16_tflops.value,
         Math::W4A16 => g.int4_tflops.value,
+        Math::W8A16 => g.bf16_tflops.value,
         Math::Fp8 => {
             g.fp8_tflops
                 .as_ref()
@@ -136,14 +142,19 @@ fn roofline_on(p: &HardwareProfile, bytes: f64, flops: f64, tflops: f64) -> f64 
     mem.max(math).max(p.gpu.min_kernel_us.value)
 }
 
-/// The roofline of `w` on `p`'s GPU at its precision's rate.
-fn roof(p: &HardwareProfile, w: Work) -> Result<f64, SimError> {
-    Ok(roofline_on(p, w.bytes, w.flops, rate(p, w.math)?))
-}
-
 impl Pricer<'_> {
     fn table(&self, op: &str) -> Option<&OpTables> {
         self.tables.filter(|t| t.has(op))
+    }
+
+    /// The roofline of `w` on `p`'s GPU, weight-only math at the engine's kernels' share of
+    /// the rate.
+    fn roof_on(&self, p: &HardwareProfile, w: Work) -> Result<f64, SimError> {
+        let share = match w.math {
+            Math::W4A16 | Math::W8A16 => self.weight_only_rate,
+            Math::Bf16 | Math::Fp8 | Math::Fp4 => 1.0,
+        };
+        Ok(roofline_on(p, w.bytes, w.flops, rate(p, w.math)? * share))
     }
 
     /// A table time, measured as `measured` on the tables' GPU, for `here` on this one.
@@ -152,7 +163,7 @@ impl Pricer<'_> {
             return Ok((table_us, Source::Table));
         }
         let home = self.tables_gpu.unwrap_or(self.profile);
-        let ratio = roof(self.profile, here)? / roof(home, measured)?;
+        let ratio = self.roof_on(self.profile, here)? / self.roof_on(home, measured)?;
         Ok((table_us * ratio, Source::ScaledTable))
     }
 
@@ -206,7 +217,7 @@ impl Pricer<'_> {
             let measured = Work::bf16(2.0 * nf * kf + act, flops);
             return self.moved(ms * 1e3, measured, here);
         }
-        Ok((roof(self.profile, here)?, Source::Roofline))
+        Ok((self.roof_on(self.profile, here)?, Source::Roofline))
     }
 
     /// All-reduce of `elements` BF16 values over the TP group.
@@ -294,14 +305,12 @@ impl Pricer<'_> {
             let scaled = us * touched_random / touched_balanced;
             return Ok((scaled.max(floor).max(self.floor()), source));
         }
-        Ok((
-            self.roofline(
-                touched_random * expert_bytes + act,
-                flops,
-                rate(self.profile, math)?,
-            ),
-            Source::Roofline,
-        ))
+        let here = Work {
+            bytes: touched_random * expert_bytes + act,
+            flops,
+            math,
+        };
+        Ok((self.roof_on(self.profile, here)?, Source::Roofline))
     }
 
     /// The bf16 table rows `kv_streams` rows of this cache are priced as.

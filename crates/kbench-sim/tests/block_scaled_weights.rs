@@ -5,18 +5,28 @@
 
 use kbench_core::arch::ModelArch;
 use kbench_sim::presets::{engine_preset, preset};
-use kbench_sim::{CostModel, HardwareProfile, PassKind};
+use kbench_sim::{CostModel, EngineProfile, HardwareProfile, PassKind};
 
 /// `model` at TP 8 on `profile` under `engine`, every operator by its roofline (no op
-/// table), so the math rate shows undiluted.
+/// table), and weight-only kernels at the full BF16 rate, so the math rate shows undiluted.
 fn model_on(
     profile: HardwareProfile,
     engine: &str,
     model: &str,
 ) -> Result<CostModel, kbench_sim::SimError> {
+    let mut engine = engine_preset(engine).unwrap();
+    engine.kernels.weight_only_rate.value = 1.0;
+    with_engine(profile, engine, model)
+}
+
+fn with_engine(
+    profile: HardwareProfile,
+    engine: EngineProfile,
+    model: &str,
+) -> Result<CostModel, kbench_sim::SimError> {
     CostModel::new(
         profile,
-        engine_preset(engine).unwrap(),
+        engine,
         None,
         ModelArch::preset(model).unwrap(),
         None,
@@ -123,4 +133,34 @@ fn a_profile_without_compute_capability_is_told_what_to_add() {
         message.contains("gpu.compute_capability") && message.contains("mxfp8"),
         "{message}"
     );
+}
+
+#[test]
+fn weight_only_kernels_slow_only_what_is_compute_bound() {
+    // The engine's Marlin share of the BF16 rate: a prefill's compute-bound GEMMs take
+    // 1 / share as long; one decode token reads the same bytes at the same speed.
+    let at_share = |share: f64| {
+        let mut engine = engine_preset("vllm-minimax-m3-h200").unwrap();
+        engine.kernels.weight_only_rate.value = share;
+        with_engine(preset("8x-h200").unwrap(), engine, "minimax-m3").unwrap()
+    };
+    let (full, half) = (at_share(1.0), at_share(0.5));
+    for op in ["moe.routed_experts", "attn.qkv_proj", "attn.o_proj"] {
+        let prefill = |c: &CostModel| gpu_us(c, PassKind::TargetPrefill, 8192, 1, op);
+        let ratio = prefill(&half) / prefill(&full);
+        assert!(
+            (ratio - 2.0).abs() < 1e-6,
+            "{op}: 8k prefill at half the rate = {ratio}x"
+        );
+        let decode = |c: &CostModel| gpu_us(c, PassKind::TargetDecode, 1, 1, op);
+        assert_eq!(decode(&half), decode(&full), "{op} at batch 1");
+    }
+    // native FP8 math on Blackwell is not a weight-only kernel
+    let b200_at = |share: f64| {
+        let mut engine = engine_preset("vllm-minimax-m3-h200").unwrap();
+        engine.kernels.weight_only_rate.value = share;
+        with_engine(preset("8x-b200").unwrap(), engine, "minimax-m3").unwrap()
+    };
+    let prefill = |c: &CostModel| gpu_us(c, PassKind::TargetPrefill, 8192, 1, "attn.qkv_proj");
+    assert_eq!(prefill(&b200_at(0.5)), prefill(&b200_at(1.0)));
 }

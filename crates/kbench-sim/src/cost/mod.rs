@@ -343,6 +343,7 @@ impl CostModel {
             kv_rows_scale: self.kv_rows_scale,
             expert_spread: self.expert_spread,
             all_reduce_link: self.engine.collectives.all_reduce_link(&self.profile),
+            weight_only_rate: self.engine.kernels.weight_only_rate.value,
         }
     }
 

@@ -715,13 +715,24 @@ fn add_logits_head(
     Ok(())
 }
 
-/// The tensor-core rate a quantized GEMM runs at: weight-only INT4 dequantizes to BF16
-/// (Marlin's W4A16); FP8 and FP4 checkpoints with dynamic activation quantization run on
-/// the tensor cores of their own precision; a microscaling format runs on block-scaled
-/// tensor cores from compute capability 10.0 and on Marlin's W8A16 / W4A16 below
+/// The tensor-core rate a quantized GEMM runs at: weight-only formats dequantize to BF16
+/// math (Marlin's W4A16 / W8A16); FP8 and FP4 checkpoints with dynamic activation
+/// quantization run on the tensor cores of their own precision; a microscaling format runs
+/// on block-scaled tensor cores from compute capability 10.0 and on Marlin below
 /// (`QuantMath::BlockScaled`).
 fn quant_math(q: &QuantInfo, gpu: &HardwareProfile) -> Result<Math, SimError> {
-    let native = match q.math {
+    Ok(match (runs_native(q, gpu)?, q.num_bits) {
+        (false, 4) => Math::W4A16,
+        (false, _) => Math::W8A16,
+        (true, b) if b <= 4 => Math::Fp4,
+        (true, _) => Math::Fp8,
+    })
+}
+
+/// Whether `q`'s GEMMs quantize their activations and run on the tensor cores of the
+/// weights' own precision on `gpu` (else the weights are dequantized to BF16 math).
+fn runs_native(q: &QuantInfo, gpu: &HardwareProfile) -> Result<bool, SimError> {
+    Ok(match q.math {
         QuantMath::WeightOnly => false,
         QuantMath::Native => true,
         QuantMath::BlockScaled => {
@@ -736,12 +747,6 @@ fn quant_math(q: &QuantInfo, gpu: &HardwareProfile) -> Result<Math, SimError> {
             })?;
             capability.value >= BLOCK_SCALED_MMA_CAPABILITY
         }
-    };
-    Ok(match (native, q.num_bits) {
-        (false, 4) => Math::W4A16,
-        (false, _) => Math::Bf16,
-        (true, b) if b <= 4 => Math::Fp4,
-        (true, _) => Math::Fp8,
     })
 }
 
