@@ -436,6 +436,12 @@ impl EngineProfile {
                 )));
             }
         }
+        let share = self.kernels.weight_only_rate.value;
+        if !(0.05..=1.0).contains(&share) {
+            return Err(bad(format!(
+                "kernels.weight_only_rate = {share} is outside (0.05, 1]: it is the share of the hardware profile's BF16 rate the weight-only kernels reach, never above the datasheet and never nothing"
+            )));
+        }
         // v2's unremovable sync is part of the per-round host work it otherwise overlaps, and
         // v2 does no more per-request host work than v1: together these make v2 never slower
         // than v1 per round, by construction.

@@ -147,14 +147,18 @@ impl Pricer<'_> {
         self.tables.filter(|t| t.has(op))
     }
 
-    /// The roofline of `w` on `p`'s GPU, weight-only math at the engine's kernels' share of
-    /// the rate.
-    fn roof_on(&self, p: &HardwareProfile, w: Work) -> Result<f64, SimError> {
-        let share = match w.math {
+    /// The roofline of `w` on `p`'s GPU, weight-only math at `share` of its rate.
+    fn roof_on(&self, p: &HardwareProfile, w: Work, share: f64) -> Result<f64, SimError> {
+        Ok(roofline_on(p, w.bytes, w.flops, rate(p, w.math)? * share))
+    }
+
+    /// The share of `math`'s rate the engine's kernel for it reaches: its weight-only
+    /// kernels' share, else the whole rate.
+    fn engine_share(&self, math: Math) -> f64 {
+        match math {
             Math::W4A16 | Math::W8A16 => self.weight_only_rate,
             Math::Bf16 | Math::Fp8 | Math::Fp4 => 1.0,
-        };
-        Ok(roofline_on(p, w.bytes, w.flops, rate(p, w.math)? * share))
+        }
     }
 
     /// A table time, measured as `measured` on the tables' GPU, for `here` on this one.
@@ -163,7 +167,14 @@ impl Pricer<'_> {
             return Ok((table_us, Source::Table));
         }
         let home = self.tables_gpu.unwrap_or(self.profile);
-        let ratio = self.roof_on(self.profile, here)? / self.roof_on(home, measured)?;
+        // A table that measured the engine's own kind of kernel already holds its rate; one
+        // measured at another precision (a BF16 GEMM for a Marlin one) does not.
+        let share = if measured.math == here.math {
+            1.0
+        } else {
+            self.engine_share(here.math)
+        };
+        let ratio = self.roof_on(self.profile, here, share)? / self.roof_on(home, measured, 1.0)?;
         Ok((table_us * ratio, Source::ScaledTable))
     }
 
@@ -217,7 +228,8 @@ impl Pricer<'_> {
             let measured = Work::bf16(2.0 * nf * kf + act, flops);
             return self.moved(ms * 1e3, measured, here);
         }
-        Ok((self.roof_on(self.profile, here)?, Source::Roofline))
+        let share = self.engine_share(here.math);
+        Ok((self.roof_on(self.profile, here, share)?, Source::Roofline))
     }
 
     /// All-reduce of `elements` BF16 values over the TP group.
@@ -310,7 +322,8 @@ impl Pricer<'_> {
             flops,
             math,
         };
-        Ok((self.roof_on(self.profile, here)?, Source::Roofline))
+        let share = self.engine_share(math);
+        Ok((self.roof_on(self.profile, here, share)?, Source::Roofline))
     }
 
     /// The bf16 table rows `kv_streams` rows of this cache are priced as.

@@ -1,10 +1,11 @@
 //! Microscaling weights (MXFP8) run where the GPU lets them: block-scaled FP8 tensor cores
 //! from compute capability 10.0, Marlin's weight-only W8A16 (BF16 math) below, as vLLM's
 //! `select_mxfp8_linear_backend` and MXFP8 MoE oracle choose. The weights' bytes are the
-//! same either way; only the math rate moves.
+//! same either way; only the math rate moves, and weight-only kernels reach the engine
+//! profile's share of it.
 
 use kbench_core::arch::ModelArch;
-use kbench_sim::presets::{engine_preset, preset};
+use kbench_sim::presets::{engine_preset, load_tables, preset, tables_measured_on};
 use kbench_sim::{CostModel, EngineProfile, HardwareProfile, PassKind};
 
 /// `model` at TP 8 on `profile` under `engine`, every operator by its roofline (no op
@@ -163,4 +164,51 @@ fn weight_only_kernels_slow_only_what_is_compute_bound() {
     };
     let prefill = |c: &CostModel| gpu_us(c, PassKind::TargetPrefill, 8192, 1, "attn.qkv_proj");
     assert_eq!(prefill(&b200_at(0.5)), prefill(&b200_at(1.0)));
+}
+
+#[test]
+fn a_table_that_measured_the_weight_only_kernel_keeps_its_rate() {
+    // Kimi-K2.5's routed experts are priced from an INT4 W4A16 MoE table measured on H200;
+    // moved to H100 they keep the measured kernel's rate whatever the engine's share, since
+    // the table already holds it. (Only the share of a kernel no table measured is a term.)
+    let kimi_on_h100 = |share: f64| {
+        let profile = preset("8x-h100").unwrap();
+        let tables = load_tables(&profile).unwrap();
+        let home = tables_measured_on(&profile).unwrap().unwrap();
+        let mut engine = engine_preset("vllm").unwrap();
+        engine.kernels.weight_only_rate.value = share;
+        CostModel::new(
+            profile,
+            engine,
+            tables,
+            ModelArch::preset("kimi-k2.5").unwrap(),
+            None,
+            8,
+            512,
+        )
+        .unwrap()
+        .with_tables_measured_on(home)
+    };
+    let (full, share) = (kimi_on_h100(1.0), kimi_on_h100(0.28));
+    for tokens in [1, 64, 512, 4096, 16384] {
+        let experts =
+            |c: &CostModel| gpu_us(c, PassKind::TargetPrefill, tokens, 1, "moe.routed_experts");
+        assert_eq!(experts(&share), experts(&full), "{tokens} tokens");
+    }
+}
+
+#[test]
+fn a_weight_only_share_outside_its_range_is_refused() {
+    for share in [0.0, 0.01, 1.5] {
+        let mut engine = engine_preset("vllm-minimax-m3-h200").unwrap();
+        engine.kernels.weight_only_rate.value = share;
+        let message = engine.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("kernels.weight_only_rate") && message.contains("(0.05, 1]"),
+            "{share}: {message}"
+        );
+    }
+    let mut engine = engine_preset("vllm-minimax-m3-h200").unwrap();
+    engine.kernels.weight_only_rate.value = 1.0;
+    engine.validate().unwrap();
 }
