@@ -72,6 +72,11 @@ const ENGINE_PRESETS: &[(&str, &str, &str)] = &[
         include_str!("../../../experiments/engines/vllm-8x-h200.toml"),
     ),
     (
+        "vllm-0.20-8x-h200",
+        "experiments/engines/vllm-0.20-8x-h200.toml",
+        include_str!("../../../experiments/engines/vllm-0.20-8x-h200.toml"),
+    ),
+    (
         "vllm-minimax-m3-h200",
         "experiments/engines/vllm-minimax-m3-h200.toml",
         include_str!("../../../experiments/engines/vllm-minimax-m3-h200.toml"),

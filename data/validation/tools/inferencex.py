@@ -15,6 +15,14 @@ CHECK = {2, 3, 5, 6, 7}
 # (sweep, concurrency) left out
 EXCLUDED = {(9, 16): "1k8k v0.16.0 2026-03-02 at C=16: TPOT 63,984 us between 12,345 (C=8) and 22,503 (C=32), anomalous (the extract's own note)"}
 LENGTHS = {"1k1k": (1024, 1024), "1k8k": (1024, 8192), "8k1k": (8192, 1024)}
+# the engine profile of each image: v0.20 and later decode faster than v0.16 in the same
+# configuration (docs/fidelity.md), so they have a profile of their own
+NEWER_PROFILE = "vllm-0.20-8x-h200"
+
+
+def profile_of(image):
+    major, minor = (int(x) for x in image.lstrip("v").split(".")[:2])
+    return NEWER_PROFILE if (major, minor) >= (0, 20) else None
 
 
 
@@ -70,7 +78,9 @@ def main(src):
         w("[[cases]]")
         w(f'name = "{sw["label"]}-{image}-{sw["dates"][0]}"')
         w('experiment = "experiments/kimi-k2.5-h200-vllm.toml"')
-        w(f'set = {{ "workload.input_len" = {isl}, "workload.max_tokens" = {osl}, "server.prefix_caching" = {str(caching).lower()} }}')
+        preset = profile_of(image)
+        engine = f', "engine.preset" = "{preset}"' if preset else ""
+        w(f'set = {{ "workload.input_len" = {isl}, "workload.max_tokens" = {osl}, "server.prefix_caching" = {str(caching).lower()}{engine} }}')
         w(f'role = "{"check" if i in CHECK else "fit"}"')
         w(f'engine = "vllm {image}"')
         w("requests_per_client = 10")
