@@ -1,5 +1,5 @@
-//! Engine profiles: which one an experiment gets, and what the API server's admission terms
-//! do to a request (delay it, not the batch).
+//! Engine profiles: which one an experiment gets, what the API server's admission terms
+//! do to a request (delay it, not the batch), and that carried terms stay in step.
 
 use std::path::Path;
 
@@ -93,4 +93,30 @@ fn admission_terms_delay_each_request_by_exactly_their_cost() {
             "{engine}: TTFT grew by {extra} ms, expected {expected}"
         );
     }
+}
+
+/// Profiles that carry another's fitted terms hold its current values: a refit of the
+/// source would otherwise leave them behind silently.
+#[test]
+fn carried_terms_match_the_profile_they_come_from() {
+    let v016 = engine_preset("vllm-8x-h200").unwrap();
+    let v020 = engine_preset("vllm-0.20-8x-h200").unwrap();
+    let m3 = engine_preset("vllm-minimax-m3-h200").unwrap();
+    for key in [
+        "kernels.moe_prefill_scale",
+        "kernels.all_reduce_scale",
+        "host.admission_per_request_us",
+    ] {
+        assert_eq!(
+            v020.param(key).unwrap().value,
+            v016.param(key).unwrap().value,
+            "vllm-0.20-8x-h200 carries {key} from vllm-8x-h200"
+        );
+    }
+    let key = "host.admission_per_request_us";
+    assert_eq!(
+        m3.param(key).unwrap().value,
+        v016.param(key).unwrap().value,
+        "vllm-minimax-m3-h200 takes {key} from vllm-8x-h200"
+    );
 }
