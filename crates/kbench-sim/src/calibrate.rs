@@ -573,13 +573,14 @@ fn fit_profile(
             if let Some(p) = out.param_mut(&f.param) {
                 p.value = round_sig(*v);
                 p.source = Provenance::Fitted;
-                p.reference = format!(
-                    "fitted by kbench calibrate to {} (prior {}, bounds [{}, {}])",
+                let generated = format!(
+                    "{FITTED_PREFIX}{} (prior {}, bounds [{}, {}])",
                     sources.join(", "),
                     f.prior,
                     f.min,
                     f.max
                 );
+                p.reference = refit_reference(&p.reference, generated);
             }
             let span = f.max - f.min;
             FittedParam {
@@ -638,6 +639,24 @@ pub(crate) fn round_sig(v: f64) -> f64 {
     let mag = 10f64.powi(5 - v.abs().log10().ceil() as i32);
     (v * mag).round() / mag
 }
+
+/// A refitted term's reference: the generated clause, then whatever a person wrote after the
+/// previous fit's generated clause (the mechanism the term stands for, its evidence), so a
+/// refit keeps the provenance it was given. A term fitted for the first time takes the
+/// generated clause alone: its prior's reference describes the prior.
+fn refit_reference(previous: &str, generated: String) -> String {
+    const CLAUSE_END: &str = "]); ";
+    let note = previous
+        .strip_prefix(FITTED_PREFIX)
+        .and_then(|rest| rest.find(CLAUSE_END).map(|i| &rest[i + CLAUSE_END.len()..]))
+        .filter(|note| !note.trim().is_empty());
+    match note {
+        Some(note) => format!("{generated}; {note}"),
+        None => generated,
+    }
+}
+
+const FITTED_PREFIX: &str = "fitted by kbench calibrate to ";
 
 /// Writes to a temporary file next to `out` and renames it over `out` (atomic on one
 /// filesystem: a reader never sees half a profile).
@@ -731,5 +750,37 @@ impl std::fmt::Display for ProfileFit {
                 "   not written (give --out-dir to write the fitted profile)"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod refit_reference_tests {
+    use super::refit_reference;
+
+    #[test]
+    fn a_refit_keeps_what_was_written_after_the_generated_clause() {
+        let previous = "fitted by kbench calibrate to old-source (prior 1, bounds [0.5, 2]); Marlin's MoE at decode";
+        let generated =
+            "fitted by kbench calibrate to new-source (prior 1, bounds [0.5, 3])".to_string();
+        assert_eq!(
+            refit_reference(previous, generated),
+            "fitted by kbench calibrate to new-source (prior 1, bounds [0.5, 3]); Marlin's MoE at decode"
+        );
+    }
+
+    #[test]
+    fn a_first_fit_or_a_bare_clause_takes_the_generated_clause_alone() {
+        let generated = || "fitted by kbench calibrate to s (prior 1, bounds [0, 2])".to_string();
+        assert_eq!(
+            refit_reference("PyTorch eager dispatch per operator", generated()),
+            generated()
+        );
+        assert_eq!(
+            refit_reference(
+                "fitted by kbench calibrate to s (prior 1, bounds [0, 2])",
+                generated()
+            ),
+            generated()
+        );
     }
 }
