@@ -147,7 +147,7 @@ impl Pricer<'_> {
         self.tables.filter(|t| t.has(op))
     }
 
-    /// The roofline of `w` on `p`'s GPU, weight-only math at `share` of its rate.
+    /// The roofline of `w` on `p`'s GPU, its math at `share` of its precision's rate.
     fn roof_on(&self, p: &HardwareProfile, w: Work, share: f64) -> Result<f64, SimError> {
         Ok(roofline_on(p, w.bytes, w.flops, rate(p, w.math)? * share))
     }
@@ -159,6 +159,14 @@ impl Pricer<'_> {
             Math::W4A16 | Math::W8A16 => self.weight_only_rate,
             Math::Bf16 | Math::Fp8 | Math::Fp4 => 1.0,
         }
+    }
+
+    /// The roofline of `w` on this GPU as the engine's kernel for its math runs it.
+    fn engine_roof(&self, w: Work) -> Result<(f64, Source), SimError> {
+        Ok((
+            self.roof_on(self.profile, w, self.engine_share(w.math))?,
+            Source::Roofline,
+        ))
     }
 
     /// A table time, measured as `measured` on the tables' GPU, for `here` on this one.
@@ -228,8 +236,7 @@ impl Pricer<'_> {
             let measured = Work::bf16(2.0 * nf * kf + act, flops);
             return self.moved(ms * 1e3, measured, here);
         }
-        let share = self.engine_share(here.math);
-        Ok((self.roof_on(self.profile, here, share)?, Source::Roofline))
+        self.engine_roof(here)
     }
 
     /// All-reduce of `elements` BF16 values over the TP group.
@@ -317,13 +324,11 @@ impl Pricer<'_> {
             let scaled = us * touched_random / touched_balanced;
             return Ok((scaled.max(floor).max(self.floor()), source));
         }
-        let here = Work {
+        self.engine_roof(Work {
             bytes: touched_random * expert_bytes + act,
             flops,
             math,
-        };
-        let share = self.engine_share(math);
-        Ok((self.roof_on(self.profile, here, share)?, Source::Roofline))
+        })
     }
 
     /// The bf16 table rows `kv_streams` rows of this cache are priced as.

@@ -422,30 +422,24 @@ impl CostModel {
                         acc.add("attention", sparse_layers, attn, 1);
                     }
                 } else {
-                    let dense_streams = Self::kv_streams(pass, self.engine.attention.mha_kv_reads);
-                    if dense_layers > 0.0 {
-                        let attn = self.attention_kernel(p.mha_decode(
-                            heads,
-                            kv,
-                            hd,
-                            dense_streams,
-                            t,
-                            ctx,
-                            why,
-                        )?);
-                        acc.attn_us += attn.0 * dense_layers;
-                        acc.add("attention", dense_layers, attn, 1);
-                    }
-                    if let Some(sa) = sparse {
-                        let streams = Self::kv_streams(pass, self.sparse_kv_reads());
-                        // a query reads its selected blocks: the whole context within the
-                        // window, the window's worth past it
-                        let selected = ctx.min(sa.dense_up_to_tokens as f64);
+                    // a sparse query reads its selected blocks: the whole context within the
+                    // window, the window's worth past it
+                    let mha_reads = self.engine.attention.mha_kv_reads;
+                    let kinds = [
+                        (dense_layers, mha_reads, ctx),
+                        (
+                            sparse_layers,
+                            self.sparse_kv_reads(),
+                            sparse.map_or(ctx, |sa| ctx.min(sa.dense_up_to_tokens as f64)),
+                        ),
+                    ];
+                    for (n, reads, read_ctx) in kinds.into_iter().filter(|k| k.0 > 0.0) {
+                        let streams = Self::kv_streams(pass, reads);
                         let attn = self.attention_kernel(
-                            p.mha_decode(heads, kv, hd, streams, t, selected, why)?,
+                            p.mha_decode(heads, kv, hd, streams, t, read_ctx, why)?,
                         );
-                        acc.attn_us += attn.0 * sparse_layers;
-                        acc.add("attention", sparse_layers, attn, 1);
+                        acc.attn_us += attn.0 * n;
+                        acc.add("attention", n, attn, 1);
                     }
                 }
                 if let Some(sa) = sparse {
