@@ -87,6 +87,12 @@ def main(src_root, dst_root):
             if r["nccl_dtype"] == "half" and r["op_name"] in ("all_reduce", "all_gather"):
                 add("nccl.csv", "%s/half" % r["op_name"], int(r["num_gpus"]), int(r["message_size"]), 1, r["latency"])
 
+        # The custom all-reduce (one-shot / two-shot over IPC buffers) as a CUDA graph
+        # replays it: what an engine's decode steps run below its size cap.
+        for r in csv.DictReader(open(os.path.join(src, "sglang_0.5.14_custom_allreduce.csv"))):
+            if r["allreduce_dtype"] == "bfloat16" and r["backend"] == "sglang_graph":
+                add("nccl.csv", "custom_all_reduce/half", int(r["num_gpus"]), int(r["message_size"]), 1, r["latency"])
+
         for fname, rows in out.items():
             with open(os.path.join(dst, fname), "w", newline="") as f:
                 w = csv.writer(f, lineterminator="\n")

@@ -8,6 +8,7 @@
 //! provenance; `[[free]]` names the at most four values `kbench calibrate` may fit, each with
 //! its prior and physical bounds.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -25,6 +26,20 @@ pub struct LaunchSection {
     /// Host cost per operator launched eagerly (the engine's Python dispatch + CUDA launch),
     /// microseconds. Eager passes: batches above cuda_graph_max_bs and prefill.
     pub eager_op_us: Param,
+    /// GPU time at each kernel boundary of a forward, per operator, microseconds: the
+    /// previous kernel draining its last wave and the next one's blocks reaching the SMs,
+    /// which a dependent kernel pays in a replayed graph as in an eager stream and which an
+    /// operator's own roofline and floor (measured one kernel at a time) leave out.
+    #[serde(default = "zero_kernel_gap")]
+    pub kernel_gap_us: Param,
+}
+
+fn zero_kernel_gap() -> Param {
+    Param::new(
+        0.0,
+        Provenance::Prior,
+        "none beyond each operator's own time (the op tables' and the roofline's floor)",
+    )
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -191,6 +206,12 @@ pub enum AllReducePrice {
     /// `latency_us` and `bus_gbs`, else the hardware profile's link terms): for a box
     /// whose collectives were measured apart from the tables.
     Link,
+    /// The engine's own one-shot / two-shot all-reduce over IPC buffers below its size cap
+    /// for the group (`custom_max_bytes`), from the op tables' custom all-reduce as a CUDA
+    /// graph replays it; NCCL's table above the cap. vLLM's TP all-reduce tries its custom
+    /// all-reduce first and falls through to NCCL by message size
+    /// (CudaCommunicator.all_reduce, CUSTOM_ALL_REDUCE_MAX_SIZES).
+    Custom,
 }
 
 /// The engine's collectives, with where their pricing was read.
@@ -204,6 +225,11 @@ pub struct CollectivesSection {
     /// `link`: its bus bandwidth (nccl-tests' busbw), GB/s.
     #[serde(default)]
     pub bus_gbs: Option<Param>,
+    /// `custom`: the largest message, in bytes, the engine sends through its custom
+    /// all-reduce, per tensor-parallel size (TOML keys are the sizes: `{ "8" = 262144 }`);
+    /// a group size not listed runs NCCL at every size.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub custom_max_bytes: BTreeMap<String, f64>,
     #[serde(rename = "ref")]
     pub reference: String,
 }
@@ -229,12 +255,54 @@ impl CollectivesSection {
     }
 }
 
+impl CollectivesSection {
+    /// The size, in bytes, below which the engine's custom all-reduce carries a message
+    /// over a group of `tp` GPUs; `None`: NCCL (or the link terms) at every size.
+    pub fn custom_all_reduce_below(&self, tp: u32) -> Option<f64> {
+        if self.all_reduce != AllReducePrice::Custom {
+            return None;
+        }
+        self.custom_max_bytes.get(&tp.to_string()).copied()
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        match self.all_reduce {
+            AllReducePrice::Custom if self.custom_max_bytes.is_empty() => {
+                return Err(
+                    "[collectives] all_reduce = \"custom\" needs custom_max_bytes: the engine's size cap per tensor-parallel size, e.g. { \"8\" = 262144 }".into(),
+                );
+            }
+            AllReducePrice::Table | AllReducePrice::Link if !self.custom_max_bytes.is_empty() => {
+                return Err(
+                    "[collectives] custom_max_bytes is read only with all_reduce = \"custom\""
+                        .into(),
+                );
+            }
+            _ => {}
+        }
+        for (tp, bytes) in &self.custom_max_bytes {
+            if !tp.parse::<u32>().is_ok_and(|n| n >= 2) {
+                return Err(format!(
+                    "[collectives] custom_max_bytes: key `{tp}` is not a tensor-parallel size of 2 or more"
+                ));
+            }
+            if !(bytes.is_finite() && *bytes > 0.0) {
+                return Err(format!(
+                    "[collectives] custom_max_bytes.{tp} = {bytes} is not a positive number of bytes"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for CollectivesSection {
     fn default() -> CollectivesSection {
         CollectivesSection {
             all_reduce: AllReducePrice::Table,
             latency_us: None,
             bus_gbs: None,
+            custom_max_bytes: BTreeMap::new(),
             reference: "the op tables' NCCL all-reduce".into(),
         }
     }
@@ -359,6 +427,7 @@ param_table!(
     EngineProfile, ENGINE_PARAM_KEYS, {
     "launch.graph_replay_us" => launch.graph_replay_us,
     "launch.eager_op_us" => launch.eager_op_us,
+    "launch.kernel_gap_us" => launch.kernel_gap_us,
     "host.decode_step_us" => host.decode_step_us,
     "host.decode_per_request_us" => host.decode_per_request_us,
     "host.prefill_per_request_us" => host.prefill_per_request_us,
@@ -436,6 +505,7 @@ impl EngineProfile {
                 )));
             }
         }
+        self.collectives.validate().map_err(bad)?;
         let share = self.kernels.weight_only_rate.value;
         if !(0.05..=1.0).contains(&share) {
             return Err(bad(format!(

@@ -35,6 +35,9 @@ pub struct Pricer<'a> {
     pub expert_spread: f64,
     /// (latency us, bus GB/s): price the all-reduce from these link terms, not the table.
     pub all_reduce_link: Option<(f64, f64)>,
+    /// Bytes below which the engine's custom all-reduce (the tables' `custom_all_reduce`)
+    /// carries an all-reduce instead of NCCL.
+    pub custom_all_reduce_below: Option<f64>,
     /// The share of its precision's tensor rate the engine's weight-only kernels (Marlin's
     /// W4A16 / W8A16) reach where compute-bound: 1 takes the hardware profile's rate.
     pub weight_only_rate: f64,
@@ -95,6 +98,9 @@ pub struct MoeShape {
     pub bytes_per_weight: f64,
     pub math: Math,
 }
+
+/// The custom all-reduce (IPC one-shot / two-shot) as a CUDA graph replays it.
+pub const CUSTOM_ALL_REDUCE: &str = "custom_all_reduce/half";
 
 pub const MOE_TABLE_INT4: &str = "moe/int4_wo/h7168/i2048/e384/k8/balanced";
 
@@ -241,6 +247,12 @@ impl Pricer<'_> {
 
     /// All-reduce of `elements` BF16 values over the TP group.
     pub fn all_reduce(&self, elements: f64, why: &str) -> Result<(f64, Source), SimError> {
+        let custom = self
+            .custom_all_reduce_below
+            .is_some_and(|cap| 2.0 * elements < cap);
+        if custom && self.table(CUSTOM_ALL_REDUCE).is_some() {
+            return self.collective(CUSTOM_ALL_REDUCE, elements, why, 2.0);
+        }
         self.collective("all_reduce/half", elements, why, 2.0)
     }
 

@@ -270,9 +270,9 @@ fn predicted_tpot_ms(hardware: &str) -> Vec<(u32, f64)> {
 /// The H100 profile has no tables of its own: H200's, moved by datasheet ratios, must
 /// predict how much slower H100 is. The H100 / H200 TPOT ratio is what the scaling alone
 /// decides (the engine terms and the model are the same on both boxes). Checked where it
-/// holds, C=1..8 (+3.9%, +5.7%, +6.3%, +5.8% with MSA's indexer and split-K merge and
-/// vllm-minimax-m3-h200's fitted Marlin and eager terms; +5.1% to +11.0% before MSA's
-/// kernels), and from C=16 the prediction is 1.21-1.23 against a measured 1.09-1.10
+/// holds, C=1..8 (+2.6%, +3.9%, +3.9%, +3.0% with vllm-minimax-m3-h200's kernel boundaries
+/// and vLLM's own all-reduce; +3.9% to +6.3% with NCCL's and none; +5.1% to +11.0% before
+/// MSA's kernels), and from C=16 the prediction is 1.18-1.19 against a measured 1.09-1.10
 /// (docs/cost-model.md, "Op tables on another GPU": M3's MoE has no table and its roofline
 /// is more bandwidth-bound than vLLM's kernel on either GPU).
 #[test]
@@ -297,9 +297,9 @@ fn h200_tables_moved_to_h100_predict_h100_against_h200() {
 
 /// A datasheet-only profile predicts its own GPU: H200's tables moved to H100's datasheet
 /// land within 10% of InferenceX's H100 baselines (M3 MXFP8, TP8, 1k1k, plain) at C=1..8,
-/// -7.9 / -3.3 / -1.1 / +1.4% with MSA's kernels priced and the profile fitted to H200 TP4
-/// (docs/fidelity.md, "MiniMax-M3 EAGLE-3 on Hopper", for what is left below the
-/// measurement at C=1).
+/// +3.6 / +5.2 / +3.0 / +1.3% with the profile's kernel boundaries and vLLM's own all-reduce
+/// (-7.9 / -3.3 / -1.1 / +1.4% with NCCL's and none; docs/cost-model.md, "Kernel boundaries
+/// in an uncompiled forward").
 #[test]
 fn h200_tables_moved_to_h100_predict_h100s_baselines() {
     let h100 = predicted_tpot_ms("8x-h100");

@@ -343,6 +343,7 @@ impl CostModel {
             kv_rows_scale: self.kv_rows_scale,
             expert_spread: self.expert_spread,
             all_reduce_link: self.engine.collectives.all_reduce_link(&self.profile),
+            custom_all_reduce_below: self.engine.collectives.custom_all_reduce_below(self.tp),
             weight_only_rate: self.engine.kernels.weight_only_rate.value,
         }
     }
@@ -414,7 +415,8 @@ impl CostModel {
         let p = self.price(kind, tokens, requests, ctx)?;
         let base = p.attention_base();
         let attention = base + (p.attention_at(ctx) - base) * self.kv_read_scale;
-        let gpu = (p.fixed_us + attention) * self.profile.efficiency.in_model.value;
+        let gpu = (p.fixed_us + attention) * self.profile.efficiency.in_model.value
+            + self.kernel_gaps_us(p.ops);
         // Prefill (extend) is not graphed in SGLang by default; decode-type passes replay a
         // graph up to cuda_graph_max_bs requests.
         let graph = !kind.is_prefill() && requests <= self.cuda_graph_max_bs;
@@ -426,6 +428,11 @@ impl CostModel {
             let launch = p.ops as f64 * self.engine.launch.eager_op_us.value;
             Ok((gpu, launch, gpu.max(launch), false, p.ops))
         }
+    }
+
+    /// The GPU time a pass of `ops` kernels spends at their boundaries.
+    fn kernel_gaps_us(&self, ops: u32) -> f64 {
+        ops as f64 * self.engine.launch.kernel_gap_us.value
     }
 
     /// One pass explained: GPU time per operator group, launch cost, what it adds to a round.
@@ -440,7 +447,7 @@ impl CostModel {
         let (gpu, launch, time, graph, ops) = self.pass_time(kind, tokens, requests, ctx)?;
         let (i, t) = ctx_segment(ctx, p.items.len());
         let f = self.profile.efficiency.in_model.value;
-        let gpu_us = p.items[i]
+        let mut gpu_us: BTreeMap<String, f64> = p.items[i]
             .iter()
             .map(|(k, lo)| {
                 let hi = p
@@ -452,6 +459,12 @@ impl CostModel {
                 (k.clone(), (lo + (hi - lo) * t) * f)
             })
             .collect();
+        let mut sources = p.sources.clone();
+        let gaps = self.kernel_gaps_us(ops);
+        if gaps > 0.0 {
+            gpu_us.insert("kernel_gaps".into(), gaps);
+            sources.insert("kernel_gaps".into(), "engine profile, per kernel");
+        }
         Ok(PassBreakdown {
             kind,
             tokens,
@@ -460,7 +473,7 @@ impl CostModel {
             graph,
             operators: ops,
             gpu_us,
-            sources: p.sources.clone(),
+            sources,
             gpu_total_us: gpu,
             launch_us: launch,
             time_us: time,

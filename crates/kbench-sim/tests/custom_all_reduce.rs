@@ -1,0 +1,133 @@
+//! `[collectives] all_reduce = "custom"`: an engine's own IPC all-reduce below its size cap
+//! for the group, priced from the op tables' measured custom all-reduce, and NCCL's table
+//! above the cap (vLLM's CudaCommunicator.all_reduce order; CUSTOM_ALL_REDUCE_MAX_SIZES).
+
+use std::path::{Path, PathBuf};
+
+use kbench_core::experiment::{load_experiment_str, Experiment};
+use kbench_sim::engine_profile::EngineProfile;
+use kbench_sim::{acceptance_for, SimBackend};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// vllm-8x-h200 with its collectives section replaced by `collectives`, written to `dir`.
+fn profile_with(dir: &Path, collectives: &str) -> PathBuf {
+    let shipped =
+        std::fs::read_to_string(root().join("experiments/engines/vllm-8x-h200.toml")).unwrap();
+    let start = shipped.find("[collectives]").unwrap();
+    let end = start + shipped[start..].find("\n\n").unwrap();
+    let text = format!("{}{collectives}{}", &shipped[..start], &shipped[end..]);
+    let path = dir.join("engine.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn kimi(hardware: &str, profile: &Path) -> Experiment {
+    on("kimi-k2.5", hardware, profile)
+}
+
+fn on(model: &str, hardware: &str, profile: &Path) -> Experiment {
+    let text = format!(
+        "name = \"t\"\nseed = 3\n[model]\npreset = \"{model}\"\n[hardware]\npreset = \"{hardware}\"\n\
+         [engine]\nname = \"vllm\"\nprofile = \"{}\"\n[server]\ntp_size = 8\n[workload]\nmax_tokens = 8\n\
+         input_len = 1000\n[benchmark]\nconcurrency = [1]\nrequests_per_level = 3\nwarmup_requests = 0\n",
+        profile.display()
+    );
+    load_experiment_str(&text, Path::new("t.toml"), &[])
+        .unwrap()
+        .remove(0)
+        .experiment
+}
+
+/// The decode step's all-reduce time at `bs` and where it was priced from.
+fn all_reduce(e: &Experiment, bs: u32) -> (f64, &'static str) {
+    let p = SimBackend::new(e, acceptance_for(e).unwrap())
+        .unwrap()
+        .explain_round(bs, 1000.0)
+        .unwrap()
+        .passes
+        .remove(0);
+    (p.gpu_us["all_reduce"], p.sources["all_reduce"])
+}
+
+const NCCL: &str = "[collectives]\nall_reduce = \"table\"\nref = \"NCCL\"";
+const CUSTOM: &str =
+    "[collectives]\nall_reduce = \"custom\"\ncustom_max_bytes = { \"8\" = 262144 }\nref = \"vLLM\"";
+
+#[test]
+fn below_the_cap_the_custom_table_prices_the_all_reduce_and_above_it_nccl() {
+    let dir = tempfile::tempdir().unwrap();
+    let nccl = kimi("8x-h200", &profile_with(dir.path(), NCCL));
+    let (nccl_small, _) = all_reduce(&nccl, 1);
+    let (nccl_large, _) = all_reduce(&nccl, 32);
+    let custom = kimi("8x-h200", &profile_with(dir.path(), CUSTOM));
+    let (custom_small, source) = all_reduce(&custom, 1);
+    assert_eq!(source, "table");
+    // H200, 8 GPUs, 7,168 BF16 values: the custom all-reduce measures 3.6-3.7 us where
+    // NCCL measures 17-17.4 us (data/optables/h200_sxm/nccl.csv)
+    let ratio = custom_small / nccl_small;
+    assert!(
+        (0.15..0.3).contains(&ratio),
+        "custom / NCCL at one token: {ratio}"
+    );
+    // 32 tokens x 7,168 x 2 bytes = 458,752 bytes: past the 256 KiB cap, NCCL's price
+    let (custom_large, _) = all_reduce(&custom, 32);
+    assert!(
+        (custom_large - nccl_large).abs() < 1e-9,
+        "{custom_large} {nccl_large}"
+    );
+}
+
+#[test]
+fn a_group_size_without_a_cap_runs_nccl_and_a_moved_table_moves_the_custom_rows_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let only_tp4 =
+        "[collectives]\nall_reduce = \"custom\"\ncustom_max_bytes = { \"4\" = 33554432 }\nref = \"x\"";
+    let (uncapped, _) = all_reduce(&kimi("8x-h200", &profile_with(dir.path(), only_tp4)), 1);
+    let (nccl, _) = all_reduce(&kimi("8x-h200", &profile_with(dir.path(), NCCL)), 1);
+    assert!((uncapped - nccl).abs() < 1e-9, "{uncapped} {nccl}");
+    // 8x H100 prices on H200's tables, moved by the link terms (Kimi does not fit 8x H100)
+    let llama = |collectives| {
+        on(
+            "llama-3.1-8b",
+            "8x-h100",
+            &profile_with(dir.path(), collectives),
+        )
+    };
+    let (h100, source) = all_reduce(&llama(CUSTOM), 1);
+    let (h100_nccl, _) = all_reduce(&llama(NCCL), 1);
+    assert_eq!(source, "table, moved to this GPU / precision");
+    assert!(h100 < 0.3 * h100_nccl, "{h100} {h100_nccl}");
+}
+
+#[test]
+fn a_custom_all_reduce_without_its_caps_or_caps_without_it_are_refused_by_name() {
+    let shipped =
+        std::fs::read_to_string(root().join("experiments/engines/vllm-8x-h200.toml")).unwrap();
+    let with = |collectives: &str| {
+        let start = shipped.find("[collectives]").unwrap();
+        let end = start + shipped[start..].find("\n\n").unwrap();
+        let text = format!("{}{collectives}{}", &shipped[..start], &shipped[end..]);
+        EngineProfile::from_toml_str(&text, "p.toml")
+            .and_then(|p| p.validate().map(|()| p))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let e = with("[collectives]\nall_reduce = \"custom\"\nref = \"x\"");
+    assert!(e.contains("needs custom_max_bytes"), "{e}");
+    let e = with(
+        "[collectives]\nall_reduce = \"table\"\ncustom_max_bytes = { \"8\" = 1 }\nref = \"x\"",
+    );
+    assert!(e.contains("only with all_reduce = \"custom\""), "{e}");
+    let e = with(
+        "[collectives]\nall_reduce = \"custom\"\ncustom_max_bytes = { \"one\" = 1 }\nref = \"x\"",
+    );
+    assert!(e.contains("key `one`"), "{e}");
+    let e = with(
+        "[collectives]\nall_reduce = \"custom\"\ncustom_max_bytes = { \"8\" = -1.0 }\nref = \"x\"",
+    );
+    assert!(e.contains("not a positive number of bytes"), "{e}");
+}
