@@ -241,3 +241,19 @@ fn a_line_for_the_other_engine_meets_that_engines_rules() {
     let (code, _, err) = args_of("sglang-args", "experiments/baseline.toml", &[]);
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn turning_the_custom_all_reduce_off_is_said_in_both_engines_flag() {
+    let extra = sets(&["server.custom_all_reduce=false"]);
+    let (code, sglang, err) = args_of("sglang-args", "experiments/topk1_v2.toml", &extra);
+    assert_eq!(code, 0, "{err}");
+    assert!(sglang.contains("--disable-custom-all-reduce"), "{sglang}");
+    let mut extra = vec!["--variant", "eagle3-k3"];
+    extra.extend(sets(&["server.custom_all_reduce=false"]));
+    let (code, vllm, err) = args_of("vllm-args", "experiments/vllm_eagle3.toml", &extra);
+    assert_eq!(code, 0, "{err}");
+    assert!(vllm.contains("--disable-custom-all-reduce"), "{vllm}");
+    // on, as both engines default, it is not restated
+    let (_, plain, _) = args_of("sglang-args", "experiments/topk1_v2.toml", &[]);
+    assert!(!plain.contains("--disable-custom-all-reduce"), "{plain}");
+}

@@ -258,6 +258,9 @@ pub fn command_line(
     if !exp.kv.prefix_caching {
         argv.push("--disable-radix-cache".into());
     }
+    if !exp.custom_all_reduce {
+        argv.push("--disable-custom-all-reduce".into());
+    }
     if needs_remote_code(&f.model.preset, &l.args) {
         argv.push("--trust-remote-code".into());
     }

@@ -110,6 +110,9 @@ pub fn vllm_command(exp: &Experiment) -> Result<String, HttpError> {
     if !exp.kv.prefix_caching {
         argv.push("--no-enable-prefix-caching".into());
     }
+    if !exp.custom_all_reduce {
+        argv.push("--disable-custom-all-reduce".into());
+    }
     if needs_remote_code(&f.model.preset, &launch.args) {
         argv.push("--trust-remote-code".into());
     }

@@ -115,7 +115,8 @@ impl SimBackend {
         )
         .map_err(in_file)?
         .with_kv_cache_dtype(exp.kv.kv_cache_dtype)
-        .with_expert_spread(exp.expert_spread);
+        .with_expert_spread(exp.expert_spread)
+        .with_custom_all_reduce(exp.custom_all_reduce);
         let cost = match tables_home {
             Some(home) => cost.with_tables_measured_on(home),
             None => cost,

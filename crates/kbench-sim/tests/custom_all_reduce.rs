@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kbench_core::experiment::{load_experiment_str, Experiment};
+use kbench_core::experiment::{load_experiment, load_experiment_str, Experiment};
 use kbench_sim::engine_profile::EngineProfile;
 use kbench_sim::{acceptance_for, SimBackend};
 
@@ -130,4 +130,18 @@ fn a_custom_all_reduce_without_its_caps_or_caps_without_it_are_refused_by_name()
         "[collectives]\nall_reduce = \"custom\"\ncustom_max_bytes = { \"8\" = -1.0 }\nref = \"x\"",
     );
     assert!(e.contains("not a positive number of bytes"), "{e}");
+}
+
+#[test]
+fn a_deployment_that_turns_the_custom_all_reduce_off_is_priced_with_nccl() {
+    // vllm-minimax-m3-h200 runs vLLM's custom all-reduce below its caps
+    let m3 = |sets: &[&str]| {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let path = root().join("data/validation/experiments/minimax-m3-vllm.toml");
+        load_experiment(&path, &sets).unwrap().remove(0).experiment
+    };
+    let (on, _) = all_reduce(&m3(&[]), 1);
+    let (off, source) = all_reduce(&m3(&["server.custom_all_reduce=false"]), 1);
+    assert_eq!(source, "table");
+    assert!(off > 3.0 * on, "off {off} us, on {on} us");
 }

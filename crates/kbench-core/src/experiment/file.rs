@@ -170,6 +170,11 @@ pub struct ServerSection {
     /// vLLM will not start unless one request of this length fits its KV cache.
     #[serde(default)]
     pub max_model_len: Option<u32>,
+    /// The engine's own all-reduce for messages below its size cap (on unless turned off, as
+    /// in both engines; `--disable-custom-all-reduce`). Where the engine profile prices one
+    /// (`[collectives] all_reduce = "custom"`), off prices every all-reduce as NCCL's.
+    #[serde(default)]
+    pub custom_all_reduce: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -37,6 +37,8 @@ pub struct Experiment {
     pub hardware: HardwareRef,
     pub speculative: SpeculativeConfig,
     pub tp_size: u32,
+    /// `[server] custom_all_reduce`: the engine may run its own all-reduce below its cap.
+    pub custom_all_reduce: bool,
     pub max_running_requests: u32,
     pub cuda_graph_max_bs: u32,
     pub concurrency: Vec<u32>,
@@ -595,6 +597,7 @@ pub(crate) fn resolve(
 
     Ok(Experiment {
         tp_size: s.tp_size,
+        custom_all_reduce: s.custom_all_reduce.unwrap_or(true),
         max_running_requests,
         cuda_graph_max_bs,
         requests: counts,

@@ -190,6 +190,8 @@ pub struct CostModel {
     /// The share of the routed experts a batch draws from (the workload's, else the
     /// hardware profile's `efficiency.moe_expert_spread`).
     expert_spread: f64,
+    /// The deployment lets the engine run its own all-reduce below its cap.
+    custom_all_reduce: bool,
     cache: RefCell<BTreeMap<(PassKind, u32, u32), Rc<PassPrice>>>,
 }
 
@@ -270,6 +272,7 @@ impl CostModel {
             kv_read_scale: 1.0,
             kv_rows_scale: 1.0,
             expert_spread,
+            custom_all_reduce: true,
             cache: RefCell::new(BTreeMap::new()),
         })
     }
@@ -310,6 +313,15 @@ impl CostModel {
         self
     }
 
+    /// `--disable-custom-all-reduce` (false): every all-reduce through NCCL.
+    pub fn with_custom_all_reduce(mut self, on: bool) -> CostModel {
+        if self.custom_all_reduce != on {
+            self.custom_all_reduce = on;
+            self.cache.borrow_mut().clear();
+        }
+        self
+    }
+
     /// Op-table queries outside the measured range so far.
     pub fn flagged_queries(&self) -> Vec<String> {
         self.tables
@@ -343,7 +355,11 @@ impl CostModel {
             kv_rows_scale: self.kv_rows_scale,
             expert_spread: self.expert_spread,
             all_reduce_link: self.engine.collectives.all_reduce_link(&self.profile),
-            custom_all_reduce_below: self.engine.collectives.custom_all_reduce_below(self.tp),
+            custom_all_reduce_below: self
+                .engine
+                .collectives
+                .custom_all_reduce_below(self.tp)
+                .filter(|_| self.custom_all_reduce),
             weight_only_rate: self.engine.kernels.weight_only_rate.value,
         }
     }
