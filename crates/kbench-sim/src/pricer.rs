@@ -250,10 +250,21 @@ impl Pricer<'_> {
         let custom = self
             .custom_all_reduce_below
             .is_some_and(|cap| 2.0 * elements < cap);
-        if custom && self.table(CUSTOM_ALL_REDUCE).is_some() {
-            return self.collective(CUSTOM_ALL_REDUCE, elements, why, 2.0);
+        if !custom {
+            return self.collective("all_reduce/half", elements, why, 2.0);
         }
-        self.collective("all_reduce/half", elements, why, 2.0)
+        // tables that measured NCCL but not the custom kernel cannot price it: say so rather
+        // than price NCCL under the custom kernel's name (no tables: the link terms price both)
+        if let Some(t) = self.tables.filter(|t| !t.has(CUSTOM_ALL_REDUCE)) {
+            return Err(SimError::MissingOp {
+                op: CUSTOM_ALL_REDUCE.into(),
+                why: format!(
+                    "{why}: the engine profile's custom all-reduce (set [server] custom_all_reduce = false to price NCCL)"
+                ),
+                origin: t.origin().into(),
+            });
+        }
+        self.collective(CUSTOM_ALL_REDUCE, elements, why, 2.0)
     }
 
     /// All-gather whose gathered output holds `elements` BF16 values.

@@ -145,3 +145,44 @@ fn a_deployment_that_turns_the_custom_all_reduce_off_is_priced_with_nccl() {
     assert_eq!(source, "table");
     assert!(off > 3.0 * on, "off {off} us, on {on} us");
 }
+
+#[test]
+fn tables_without_the_custom_kernel_refuse_to_price_it_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    // H200's tables less their custom all-reduce rows, as a box measured with NCCL alone
+    let tables = dir.path().join("tables");
+    std::fs::create_dir(&tables).unwrap();
+    for entry in std::fs::read_dir(root().join("data/optables/h200_sxm")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let kept: String = text
+            .lines()
+            .filter(|l| !l.starts_with("custom_all_reduce/"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(tables.join(path.file_name().unwrap()), kept).unwrap();
+    }
+    let hardware = std::fs::read_to_string(root().join("experiments/hardware/8x-h200.toml"))
+        .unwrap()
+        .replace("system = \"h200_sxm\"", "dir = \"tables\"");
+    let hardware_path = dir.path().join("box.toml");
+    std::fs::write(&hardware_path, hardware).unwrap();
+    let text = format!(
+        "name = \"t\"\nseed = 3\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\nprofile = \"{}\"\n\
+         [engine]\nname = \"vllm\"\nprofile = \"{}\"\n[server]\ntp_size = 8\n[workload]\nmax_tokens = 8\n\
+         input_len = 1000\n[benchmark]\nconcurrency = [1]\nrequests_per_level = 3\nwarmup_requests = 0\n",
+        hardware_path.display(),
+        profile_with(dir.path(), CUSTOM).display()
+    );
+    let e = load_experiment_str(&text, Path::new("t.toml"), &[])
+        .unwrap()
+        .remove(0)
+        .experiment;
+    let error = SimBackend::new(&e, acceptance_for(&e).unwrap())
+        .and_then(|b| b.explain_round(1, 1000.0))
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("custom_all_reduce/half"), "{error}");
+    assert!(error.contains("custom_all_reduce = false"), "{error}");
+}
