@@ -43,6 +43,12 @@ pub struct ExperimentSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
     pub tp_size: u32,
+    /// `[server] custom_all_reduce`: written only when off, the engines' default being on.
+    #[serde(
+        default = "engines_default",
+        skip_serializing_if = "is_engines_default"
+    )]
+    pub custom_all_reduce: bool,
     pub max_running_requests: u32,
     pub cuda_graph_max_bs: u32,
     pub speculative: SpeculativeSummary,
@@ -73,6 +79,14 @@ pub struct ExperimentSummary {
     pub kv_cache: KvCacheSummary,
     pub assumptions: Vec<String>,
     pub notes: Vec<String>,
+}
+
+fn engines_default() -> bool {
+    true
+}
+
+fn is_engines_default(on: &bool) -> bool {
+    *on
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
@@ -194,6 +208,7 @@ pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> Experime
             None => e.name.clone(),
         }),
         tp_size: exp.tp_size,
+        custom_all_reduce: exp.custom_all_reduce,
         max_running_requests: exp.max_running_requests,
         cuda_graph_max_bs: exp.cuda_graph_max_bs,
         speculative: SpeculativeSummary {

@@ -225,9 +225,10 @@ pub struct CollectivesSection {
     /// `link`: its bus bandwidth (nccl-tests' busbw), GB/s.
     #[serde(default)]
     pub bus_gbs: Option<Param>,
-    /// `custom`: the largest message, in bytes, the engine sends through its custom
-    /// all-reduce, per tensor-parallel size (TOML keys are the sizes: `{ "8" = 262144 }`);
-    /// a group size not listed runs NCCL at every size.
+    /// `custom`: per tensor-parallel size, the engine sends messages smaller than this many
+    /// bytes through its custom all-reduce (TOML keys are the sizes: `{ "8" = 262144 }`); a
+    /// group size not listed runs NCCL at every size. `kernels.all_reduce_scale` applies to
+    /// both kernels' prices.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub custom_max_bytes: BTreeMap<String, f64>,
     #[serde(rename = "ref")]
@@ -253,9 +254,7 @@ impl CollectivesSection {
             )
         })
     }
-}
 
-impl CollectivesSection {
     /// The size, in bytes, below which the engine's custom all-reduce carries a message
     /// over a group of `tp` GPUs; `None`: NCCL (or the link terms) at every size.
     pub fn custom_all_reduce_below(&self, tp: u32) -> Option<f64> {
@@ -278,10 +277,22 @@ impl CollectivesSection {
                         .into(),
                 );
             }
+            AllReducePrice::Table | AllReducePrice::Custom
+                if self.latency_us.is_some() || self.bus_gbs.is_some() =>
+            {
+                return Err(
+                    "[collectives] latency_us and bus_gbs are read only with all_reduce = \"link\""
+                        .into(),
+                );
+            }
             _ => {}
         }
         for (tp, bytes) in &self.custom_max_bytes {
-            if !tp.parse::<u32>().is_ok_and(|n| n >= 2) {
+            // the key must read back as the group size it is looked up by
+            if !tp
+                .parse::<u32>()
+                .is_ok_and(|n| n >= 2 && n.to_string() == *tp)
+            {
                 return Err(format!(
                     "[collectives] custom_max_bytes: key `{tp}` is not a tensor-parallel size of 2 or more"
                 ));

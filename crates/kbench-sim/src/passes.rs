@@ -226,7 +226,8 @@ fn predict(
     let l = stack.stack.layers;
     let tables = load_tables(base)?;
     // Graph or eager only changes launch cost, which the per-layer GPU time leaves out, so
-    // any engine's launch terms do.
+    // the generic profile's launch terms do (it adds no kernel-boundary time: the stack's
+    // per-layer times are measured whole).
     let engine = crate::presets::engine_preset("sglang")?;
     let one = CostModel::new(
         base.clone(),

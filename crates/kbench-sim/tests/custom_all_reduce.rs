@@ -84,7 +84,7 @@ fn below_the_cap_the_custom_table_prices_the_all_reduce_and_above_it_nccl() {
 fn a_group_size_without_a_cap_runs_nccl_and_a_moved_table_moves_the_custom_rows_too() {
     let dir = tempfile::tempdir().unwrap();
     let only_tp4 =
-        "[collectives]\nall_reduce = \"custom\"\ncustom_max_bytes = { \"4\" = 33554432 }\nref = \"x\"";
+        "[collectives]\nall_reduce = \"custom\"\ncustom_max_bytes = { \"4\" = 8388608 }\nref = \"x\"";
     let (uncapped, _) = all_reduce(&kimi("8x-h200", &profile_with(dir.path(), only_tp4)), 1);
     let (nccl, _) = all_reduce(&kimi("8x-h200", &profile_with(dir.path(), NCCL)), 1);
     assert!((uncapped - nccl).abs() < 1e-9, "{uncapped} {nccl}");
@@ -126,6 +126,12 @@ fn a_custom_all_reduce_without_its_caps_or_caps_without_it_are_refused_by_name()
         "[collectives]\nall_reduce = \"custom\"\ncustom_max_bytes = { \"one\" = 1 }\nref = \"x\"",
     );
     assert!(e.contains("key `one`"), "{e}");
+    let e = with(
+        "[collectives]\nall_reduce = \"custom\"\ncustom_max_bytes = { \"08\" = 1 }\nref = \"x\"",
+    );
+    assert!(e.contains("key `08`"), "{e}");
+    let e = with("[collectives]\nall_reduce = \"custom\"\ncustom_max_bytes = { \"8\" = 1 }\nlatency_us = { value = 5.0, source = \"prior\", ref = \"x\" }\nref = \"x\"");
+    assert!(e.contains("read only with all_reduce = \"link\""), "{e}");
     let e = with(
         "[collectives]\nall_reduce = \"custom\"\ncustom_max_bytes = { \"8\" = -1.0 }\nref = \"x\"",
     );

@@ -297,7 +297,7 @@ fn h200_tables_moved_to_h100_predict_h100_against_h200() {
 
 /// A datasheet-only profile predicts its own GPU: H200's tables moved to H100's datasheet
 /// land within 10% of InferenceX's H100 baselines (M3 MXFP8, TP8, 1k1k, plain) at C=1..8,
-/// +3.6 / +5.2 / +3.0 / +1.3% with the profile's kernel boundaries and vLLM's own all-reduce
+/// +3.9 / +5.3 / +3.1 / +1.3% with the profile's kernel boundaries and vLLM's own all-reduce
 /// (-7.9 / -3.3 / -1.1 / +1.4% with NCCL's and none; docs/cost-model.md, "Kernel boundaries
 /// in an uncompiled forward").
 #[test]

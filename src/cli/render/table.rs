@@ -71,7 +71,7 @@ pub fn write_report(out: &mut dyn Write, r: &Report, wide: bool) -> io::Result<(
         e.hardware.clone()
     };
     let deployment = format!(
-        "{} on {}{}, tp {}, {spec}; max_running_requests {}, cuda_graph_max_bs {}",
+        "{} on {}{}, tp {}{}, {spec}; max_running_requests {}, cuda_graph_max_bs {}",
         e.model,
         hardware,
         e.engine
@@ -79,6 +79,11 @@ pub fn write_report(out: &mut dyn Write, r: &Report, wide: bool) -> io::Result<(
             .map(|n| format!(" under {n}"))
             .unwrap_or_default(),
         e.tp_size,
+        if e.custom_all_reduce {
+            ""
+        } else {
+            " (custom all-reduce off)"
+        },
         e.max_running_requests,
         e.cuda_graph_max_bs
     );
