@@ -128,6 +128,37 @@ pub fn time_case(dev: &CudaDevice, c: &mut Case<'_>, warm: usize, reps: usize) -
     })
 }
 
+/// Microseconds per kernel of a replayed CUDA graph of dependent one-row RMSNorms: the
+/// slope between graphs of 250 and 1,000 kernels, so the graph's own launch cancels.
+pub fn kernel_boundary_us(dev: &CudaDevice) -> Result<f64> {
+    const D: usize = 64;
+    let mut rng = Rand::new(0x6b62_656e_6368);
+    let a = rand_bf16(dev, &mut rng, D, 1.0)?;
+    let b = rand_bf16(dev, &mut rng, D, 1.0)?;
+    let w = rand_bf16(dev, &mut rng, D, 1.0)?;
+    // each kernel reads what the one before wrote, as a forward's layers do
+    let chain = |n: usize| -> Result<()> {
+        for i in 0..n {
+            let (x, y) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            ops::rmsnorm(dev, x.ptr(), D, 0, 0, 0, w.ptr(), y.ptr(), D, 1, D, 1e-6)?;
+        }
+        Ok(())
+    };
+    // eagerly first: the kernel's module loads outside any capture
+    chain(2)?;
+    dev.sync()?;
+    let (short, long) = (250, 1000);
+    let g_short = dev.capture(|| chain(short))?;
+    let g_long = dev.capture(|| chain(long))?;
+    for g in [&g_short, &g_long] {
+        g.launch()?;
+    }
+    dev.sync()?;
+    let t_short = dev.time_ms(20, || g_short.launch())?;
+    let t_long = dev.time_ms(20, || g_long.launch())?;
+    Ok((t_long - t_short) * 1e3 / (long - short) as f64)
+}
+
 /// Device-to-device copy bandwidth (bytes read + written per second), GB/s.
 pub fn copy_bandwidth(dev: &CudaDevice) -> Result<f64> {
     let n = 1usize << 30;
@@ -468,6 +499,17 @@ pub fn kernel_table(dev: &CudaDevice, quick: bool) -> Result<(String, Vec<BenchR
         }
         Err(e) => {
             let _ = writeln!(s, "ceiling: cuBLAS bf16 unavailable: {}", Chain(&e));
+        }
+    }
+    match kernel_boundary_us(dev) {
+        Ok(us) => {
+            let _ = writeln!(
+                s,
+                "ceiling: a replayed graph's dependent one-row kernels take {us:.2} us each (the boundary cost kbench's launch.kernel_gap_us stands for where it is not Marlin's)"
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(s, "ceiling: kernel boundary unavailable: {}", Chain(&e));
         }
     }
     let mut rows = vec![];
