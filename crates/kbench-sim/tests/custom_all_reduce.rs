@@ -2,26 +2,19 @@
 //! for the group, priced from the op tables' measured custom all-reduce, and NCCL's table
 //! above the cap (vLLM's CudaCommunicator.all_reduce order; CUSTOM_ALL_REDUCE_MAX_SIZES).
 
+mod support;
+
 use std::path::{Path, PathBuf};
 
-use kbench_core::experiment::{load_experiment, load_experiment_str, Experiment};
+use kbench_core::experiment::{load_experiment, Experiment};
 use kbench_sim::engine_profile::EngineProfile;
 use kbench_sim::{acceptance_for, SimBackend};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use support::{decode_step, experiment, replace_section, root, vllm_h200_profile, write};
 
 /// vllm-8x-h200 with its collectives section replaced by `collectives`, written to `dir`.
 fn profile_with(dir: &Path, collectives: &str) -> PathBuf {
-    let shipped =
-        std::fs::read_to_string(root().join("experiments/engines/vllm-8x-h200.toml")).unwrap();
-    let start = shipped.find("[collectives]").unwrap();
-    let end = start + shipped[start..].find("\n\n").unwrap();
-    let text = format!("{}{collectives}{}", &shipped[..start], &shipped[end..]);
-    let path = dir.join("engine.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    let text = replace_section(&vllm_h200_profile(), "[collectives]", collectives);
+    write(dir, "engine.toml", &text)
 }
 
 fn kimi(hardware: &str, profile: &Path) -> Experiment {
@@ -29,26 +22,12 @@ fn kimi(hardware: &str, profile: &Path) -> Experiment {
 }
 
 fn on(model: &str, hardware: &str, profile: &Path) -> Experiment {
-    let text = format!(
-        "name = \"t\"\nseed = 3\n[model]\npreset = \"{model}\"\n[hardware]\npreset = \"{hardware}\"\n\
-         [engine]\nname = \"vllm\"\nprofile = \"{}\"\n[server]\ntp_size = 8\n[workload]\nmax_tokens = 8\n\
-         input_len = 1000\n[benchmark]\nconcurrency = [1]\nrequests_per_level = 3\nwarmup_requests = 0\n",
-        profile.display()
-    );
-    load_experiment_str(&text, Path::new("t.toml"), &[])
-        .unwrap()
-        .remove(0)
-        .experiment
+    experiment(model, &format!("preset = \"{hardware}\""), profile)
 }
 
 /// The decode step's all-reduce time at `bs` and where it was priced from.
 fn all_reduce(e: &Experiment, bs: u32) -> (f64, &'static str) {
-    let p = SimBackend::new(e, acceptance_for(e).unwrap())
-        .unwrap()
-        .explain_round(bs, 1000.0)
-        .unwrap()
-        .passes
-        .remove(0);
+    let p = decode_step(e, bs, 1000.0);
     (p.gpu_us["all_reduce"], p.sources["all_reduce"])
 }
 
@@ -104,12 +83,9 @@ fn a_group_size_without_a_cap_runs_nccl_and_a_moved_table_moves_the_custom_rows_
 
 #[test]
 fn a_custom_all_reduce_without_its_caps_or_caps_without_it_are_refused_by_name() {
-    let shipped =
-        std::fs::read_to_string(root().join("experiments/engines/vllm-8x-h200.toml")).unwrap();
+    let shipped = vllm_h200_profile();
     let with = |collectives: &str| {
-        let start = shipped.find("[collectives]").unwrap();
-        let end = start + shipped[start..].find("\n\n").unwrap();
-        let text = format!("{}{collectives}{}", &shipped[..start], &shipped[end..]);
+        let text = replace_section(&shipped, "[collectives]", collectives);
         EngineProfile::from_toml_str(&text, "p.toml")
             .and_then(|p| p.validate().map(|()| p))
             .map(|_| ())
@@ -171,19 +147,12 @@ fn tables_without_the_custom_kernel_refuse_to_price_it_by_name() {
     let hardware = std::fs::read_to_string(root().join("experiments/hardware/8x-h200.toml"))
         .unwrap()
         .replace("system = \"h200_sxm\"", "dir = \"tables\"");
-    let hardware_path = dir.path().join("box.toml");
-    std::fs::write(&hardware_path, hardware).unwrap();
-    let text = format!(
-        "name = \"t\"\nseed = 3\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\nprofile = \"{}\"\n\
-         [engine]\nname = \"vllm\"\nprofile = \"{}\"\n[server]\ntp_size = 8\n[workload]\nmax_tokens = 8\n\
-         input_len = 1000\n[benchmark]\nconcurrency = [1]\nrequests_per_level = 3\nwarmup_requests = 0\n",
-        hardware_path.display(),
-        profile_with(dir.path(), CUSTOM).display()
+    let hardware_path = write(dir.path(), "box.toml", &hardware);
+    let e = experiment(
+        "kimi-k2.5",
+        &format!("profile = \"{}\"", hardware_path.display()),
+        &profile_with(dir.path(), CUSTOM),
     );
-    let e = load_experiment_str(&text, Path::new("t.toml"), &[])
-        .unwrap()
-        .remove(0)
-        .experiment;
     let error = SimBackend::new(&e, acceptance_for(&e).unwrap())
         .and_then(|b| b.explain_round(1, 1000.0))
         .map(|_| ())

@@ -2,58 +2,35 @@
 //! price (one kernel measured alone) leaves out; and what it does to MiniMax-M3's decode step,
 //! whose uncompiled forward replays every small operator as a kernel of its own.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 
-use kbench_core::experiment::{load_experiment, load_experiment_str, Experiment};
+use kbench_core::experiment::{load_experiment, Experiment};
 use kbench_sim::{acceptance_for, SimBackend};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use support::{decode_step, experiment, root, vllm_h200_profile, write};
 
 /// vllm-8x-h200 with `launch.kernel_gap_us` set to `gap`, written to `dir`.
 fn profile_with_gap(dir: &Path, gap: f64) -> PathBuf {
-    let shipped =
-        std::fs::read_to_string(root().join("experiments/engines/vllm-8x-h200.toml")).unwrap();
-    let text = shipped.replacen(
+    let text = vllm_h200_profile().replacen(
         "[host.decode_step_us]",
         &format!(
             "[launch.kernel_gap_us]\nvalue = {gap}\nsource = \"prior\"\nref = \"test\"\n\n[host.decode_step_us]"
         ),
         1,
     );
-    let path = dir.join(format!("gap-{gap}.toml"));
-    std::fs::write(&path, text).unwrap();
-    path
+    write(dir, &format!("gap-{gap}.toml"), &text)
 }
 
 fn kimi(profile: &Path) -> Experiment {
-    let text = format!(
-        "name = \"t\"\nseed = 3\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-h200\"\n\
-         [engine]\nname = \"vllm\"\nprofile = \"{}\"\n[server]\ntp_size = 8\n[workload]\nmax_tokens = 8\n\
-         input_len = 1000\n[benchmark]\nconcurrency = [1]\nrequests_per_level = 3\nwarmup_requests = 0\n",
-        profile.display()
-    );
-    load_experiment_str(&text, Path::new("t.toml"), &[])
-        .unwrap()
-        .remove(0)
-        .experiment
-}
-
-fn decode_step(e: &Experiment) -> kbench_sim::PassBreakdown {
-    SimBackend::new(e, acceptance_for(e).unwrap())
-        .unwrap()
-        .explain_round(1, 1536.0)
-        .unwrap()
-        .passes
-        .remove(0)
+    experiment("kimi-k2.5", "preset = \"8x-h200\"", profile)
 }
 
 #[test]
 fn each_kernel_boundary_adds_the_profiles_gap_to_the_pass() {
     let dir = tempfile::tempdir().unwrap();
-    let without = decode_step(&kimi(&profile_with_gap(dir.path(), 0.0)));
-    let with = decode_step(&kimi(&profile_with_gap(dir.path(), 2.0)));
+    let without = decode_step(&kimi(&profile_with_gap(dir.path(), 0.0)), 1, 1536.0);
+    let with = decode_step(&kimi(&profile_with_gap(dir.path(), 2.0)), 1, 1536.0);
     assert!(!without.gpu_us.contains_key("kernel_gaps"));
     let gaps = with.gpu_us["kernel_gaps"];
     assert!(with.operators > 500, "{} operators", with.operators);
