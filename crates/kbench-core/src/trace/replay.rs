@@ -209,7 +209,12 @@ fn replay_candidates(
         match off_path {
             OffPath::Proxy => recorded(depth),
             OffPath::Optimistic => (0..k).map(|j| (j as u32, 0.0)).collect(),
-            OffPath::Pessimistic => (0..k).map(|j| (j as u32, 1.0 / (j as f32 + 1.0))).collect(),
+            // Through the trace's own encoding: the quantiser is monotone, so no decoded
+            // entry of a valid descending vector exceeds its bound's code, while the bare
+            // 1/(j+1) can sit just under a neighbour's code.
+            OffPath::Pessimistic => (0..k)
+                .map(|j| (j as u32, enc.decode(enc.encode(1.0 / (j as f64 + 1.0)))))
+                .collect(),
         }
     };
     let mut b = TreeBuilder::new(*shape, 0).ok()?;

@@ -46,9 +46,11 @@ pub fn random_trace(
             let mut ps: Vec<f64> = (0..topk)
                 .map(|_| rng.random::<f64>() / f64::from(topk))
                 .collect();
-            // Coarse values make equal probabilities (ties) common.
+            // Coarse values make equal probabilities (ties) common; rounded down, so the
+            // vector stays a distribution (each entry under 1/topk), which the replay's
+            // bounds assume.
             if rng.random::<bool>() {
-                ps.iter_mut().for_each(|p| *p = (*p * 8.0).round() / 8.0);
+                ps.iter_mut().for_each(|p| *p = (*p * 8.0).floor() / 8.0);
             }
             ps.sort_by(|a, b| b.total_cmp(a));
             probs.extend(ps);
