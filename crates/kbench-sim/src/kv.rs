@@ -43,6 +43,9 @@ pub struct KvPool {
     pub mem_fraction_origin: &'static str,
     pub gpu_bytes: f64,
     pub weight_bytes: f64,
+    /// vLLM's profile run's sampler peak, deducted before the KV cache is sized (0 under
+    /// SGLang, whose reserve is inside `mem_fraction_static`).
+    pub sampler_profile_bytes: f64,
     /// What memory leaves for the target's KV.
     pub pool_bytes: f64,
     pub target_bytes_per_token: u64,
@@ -83,9 +86,53 @@ fn gpu_mib(profile: &HardwareProfile) -> f64 {
 }
 
 /// vLLM's `--gpu-memory-utilization` when unset (vllm/config/cache.py). Its KV cache is
-/// that share less the weights and what the profiling forward peaks at; the activation
-/// peak is not deducted here, for a default as for a file's own value.
+/// that share less the weights and the transient peak of its profile run; of that peak
+/// kbench deducts the sampler's part ([`vllm_sampler_profile_bytes`]).
 pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+
+/// Bytes per logit (one request's row times the vocabulary) live at the peak of the sampler
+/// pass that closes vLLM's profile run (`GPUModelRunner._dummy_sampler_run`, vLLM 0.32): the
+/// gathered BF16 logits (2), the sampler's FP32 copy (4), and FlashInfer's top-k mask and
+/// probabilities (4 + 4), or on the warm-up's PyTorch path the probabilities and the
+/// exponential noise (4 + 4).
+pub const SAMPLER_PROFILE_BYTES_PER_LOGIT: f64 = 14.0;
+
+/// The same with speculation: the dummy run then passes twice as many BF16 logit rows to the
+/// rejection sampler (4), which keeps its bonus rows (2) and their FP32 raw logits for
+/// logprobs (4) while it converts and clones the target rows (4 + 4), then takes their
+/// probabilities (4) and the recovery sampler's noise (4): `RejectionSampler.forward`,
+/// `rejection_sample` and `sample_recovered_tokens` (vllm/v1/sample/rejection_sampler.py).
+pub const SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT: f64 = 26.0;
+
+/// `vllm serve`'s default token budget: 8192 on GPUs of 70 GiB or more, else 2048
+/// (`EngineArgs` batch defaults by device memory).
+pub(crate) fn default_max_num_batched_tokens(profile: &HardwareProfile) -> u32 {
+    if profile.gpu.memory_gib.value >= 70.0 {
+        8192
+    } else {
+        2048
+    }
+}
+
+/// The part of vLLM's profile-run peak that its sampler sets: the dummy batch has
+/// `min(max_num_seqs, max_num_batched_tokens)` requests, each with one row of logits over the
+/// whole vocabulary on every rank (the logits are all-gathered), and the sampler holds
+/// [`SAMPLER_PROFILE_BYTES_PER_LOGIT`] per logit, [`SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT`]
+/// with speculation. The forward of `max_num_batched_tokens` tokens before it is not priced:
+/// for a large vocabulary and 1,024 sequences the sampler's GiBs are the larger.
+pub fn vllm_sampler_profile_bytes(exp: &Experiment, profile: &HardwareProfile) -> f64 {
+    let batched = exp
+        .engine
+        .max_num_batched_tokens
+        .unwrap_or_else(|| default_max_num_batched_tokens(profile));
+    let rows = exp.max_running_requests.min(batched) as f64;
+    let per_logit = if exp.speculative.is_speculative() {
+        SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT
+    } else {
+        SAMPLER_PROFILE_BYTES_PER_LOGIT
+    };
+    rows * exp.model.vocab_size as f64 * per_logit
+}
 
 /// SGLang v0.5's `mem_fraction_static` when unset: GPU memory less a reserve for
 /// activations (the prefill chunk), CUDA graphs, communication and speculation.
@@ -165,7 +212,11 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
         exp.tp_size,
     )
     .per_gpu_bytes;
-    let pool_bytes = gpu_bytes * mf - weight_bytes;
+    let sampler_profile_bytes = match exp.engine.kind {
+        ServingEngineKind::Vllm => vllm_sampler_profile_bytes(exp, profile),
+        ServingEngineKind::Sglang => 0.0,
+    };
+    let pool_bytes = gpu_bytes * mf - weight_bytes - sampler_profile_bytes;
     let dtype = exp.kv.kv_cache_dtype;
     let target = target_bytes_per_token(&loaded, exp.tp_size, dtype);
     let draft = exp
@@ -176,16 +227,24 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
         .unwrap_or(0);
     if pool_bytes <= 0.0 {
         return Err(SimError::DoesNotFit(format!(
-            "{}: no memory is left for the KV cache: mem_fraction_static {mf} ({origin}) of {:.1} GiB is {:.1} GiB, and the weights take {:.1} GiB per GPU at tp_size {}; raise mem_fraction_static or tp_size",
+            "{}: no memory is left for the KV cache: mem_fraction_static {mf} ({origin}) of {:.1} GiB is {:.1} GiB, and the weights take {:.1} GiB per GPU at tp_size {}{}; raise mem_fraction_static or tp_size",
             exp.path.display(),
             profile.gpu.memory_gib.value,
             gpu_bytes * mf / GIB,
             weight_bytes / GIB,
-            exp.tp_size
+            exp.tp_size,
+            if sampler_profile_bytes > 0.0 {
+                format!(
+                    " and vLLM's profile-run sampler {:.1} GiB (lower server.max_running_requests, vLLM's --max-num-seqs, to shrink it)",
+                    sampler_profile_bytes / GIB
+                )
+            } else {
+                String::new()
+            }
         )));
     }
     if exp.engine.kind == ServingEngineKind::Vllm {
-        check_vllm_max_model_len(exp, mf, pool_bytes, target + draft)?;
+        check_vllm_max_model_len(exp, mf, pool_bytes, target + draft, sampler_profile_bytes)?;
     }
     // vLLM sizes one pool for every attention layer it registered, the drafter's among them
     // (KVCacheConfig over static_forward_context), so a token costs both; SGLang sizes the
@@ -218,6 +277,7 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
         mem_fraction_origin: origin,
         gpu_bytes,
         weight_bytes,
+        sampler_profile_bytes,
         pool_bytes,
         target_bytes_per_token: target,
         draft_bytes_per_token: draft,
@@ -236,6 +296,7 @@ fn check_vllm_max_model_len(
     mf: f64,
     pool_bytes: f64,
     bytes_per_token: u64,
+    sampler_profile_bytes: f64,
 ) -> Result<(), SimError> {
     let (len, whose) = match exp.kv.max_model_len {
         Some(n) => (n as u64, "server.max_model_len"),
@@ -255,8 +316,18 @@ fn check_vllm_max_model_len(
     } else {
         format!("the longest request here needs {needed} tokens, more than fit: raise mem_fraction_static (--gpu-memory-utilization) or tp_size, or use kv_cache_dtype = \"fp8_e4m3\"")
     };
+    // The sampler's share grows with max_num_seqs, a lever a user may not think of.
+    let sampler = if sampler_profile_bytes >= 0.5 * GIB {
+        format!(
+            ", or lower server.max_running_requests (vLLM's --max-num-seqs, now {}): its profile-run sampler takes {:.1} GiB",
+            exp.max_running_requests,
+            sampler_profile_bytes / GIB
+        )
+    } else {
+        String::new()
+    };
     Err(SimError::DoesNotFit(format!(
-        "{}: vLLM would not start: one request of max_model_len {len} ({whose}) needs {:.1} GiB of KV cache per GPU, and {:.1} GiB is left at gpu_memory_utilization {mf}; the longest that fits is {fits} tokens: {fix}",
+        "{}: vLLM would not start: one request of max_model_len {len} ({whose}) needs {:.1} GiB of KV cache per GPU, and {:.1} GiB is left at gpu_memory_utilization {mf}; the longest that fits is {fits} tokens: {fix}{sampler}",
         exp.path.display(),
         (len * bytes_per_token) as f64 / GIB,
         pool_bytes / GIB,
@@ -288,9 +359,14 @@ impl KvPool {
             "max_total_tokens".to_string()
         } else {
             format!(
-                "{:.2} GiB left after {:.1} GiB of weights in {} of {:.1} GiB, at {} bytes per token",
+                "{:.2} GiB left after {:.1} GiB of weights{} in {} of {:.1} GiB, at {} bytes per token",
                 self.pool_bytes / GIB,
                 self.weight_bytes / GIB,
+                if self.sampler_profile_bytes > 0.0 {
+                    format!(" and {:.1} GiB of vLLM's profile-run sampler", self.sampler_profile_bytes / GIB)
+                } else {
+                    String::new()
+                },
                 self.mem_fraction_static,
                 self.gpu_bytes / GIB,
                 self.target_bytes_per_token
@@ -308,7 +384,7 @@ impl KvPool {
     /// One line for the report.
     pub fn describe(&self) -> String {
         format!(
-            "KV cache: {} tokens per GPU ({} B/token{}; mem_fraction_static {} from {}{})",
+            "KV cache: {} tokens per GPU ({} B/token{}; mem_fraction_static {} from {}{}{})",
             self.tokens,
             self.target_bytes_per_token,
             if self.draft_bytes_per_token > 0 {
@@ -318,6 +394,14 @@ impl KvPool {
             },
             self.mem_fraction_static,
             self.mem_fraction_origin,
+            if self.sampler_profile_bytes > 0.0 {
+                format!(
+                    ", less {:.2} GiB for vLLM's profile-run sampler",
+                    self.sampler_profile_bytes / GIB
+                )
+            } else {
+                String::new()
+            },
             if self.capped_by_max_total_tokens {
                 ", capped by max_total_tokens"
             } else {

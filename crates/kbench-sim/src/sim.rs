@@ -55,15 +55,6 @@ pub struct SimBackend {
     pub(crate) step_by_step: bool,
 }
 
-/// `vllm serve`'s default token budget: 8192 on GPUs of 70 GiB or more, else 2048.
-fn default_max_num_batched_tokens(profile: &HardwareProfile) -> u32 {
-    if profile.gpu.memory_gib.value >= 70.0 {
-        8192
-    } else {
-        2048
-    }
-}
-
 impl SimBackend {
     /// Resolves the experiment's hardware (preset or profile file) and its op tables.
     pub fn new(
@@ -99,7 +90,7 @@ impl SimBackend {
         let max_num_batched_tokens = exp
             .engine
             .max_num_batched_tokens
-            .unwrap_or_else(|| default_max_num_batched_tokens(&profile));
+            .unwrap_or_else(|| crate::kv::default_max_num_batched_tokens(&profile));
         kv.check_fits(exp)?;
         let client = crate::client::SimSettings::of(exp)?;
         let tables_home = crate::presets::tables_measured_on(&profile)?;

@@ -323,7 +323,9 @@ fn vllm_sizes_its_cache_at_its_own_default_and_needs_room_for_max_model_len() {
     let sglang = plain_experiment("", "", workload, benchmark);
     let sglang_pool = kbench_sim::kv::kv_pool(&sglang, &profile).unwrap();
     assert!(sglang_pool.mem_fraction_static < 0.9);
-    assert!(pool.tokens > sglang_pool.tokens);
+    // vLLM's share is the larger before its profile run's sampler takes its part
+    assert!(pool.pool_bytes + pool.sampler_profile_bytes > sglang_pool.pool_bytes);
+    assert_eq!(sglang_pool.sampler_profile_bytes, 0.0);
 
     // Kimi-K2.5's 262,144-token context needs 17 GiB of KV per GPU on the RTX PRO 6000
     // box, where 0.9 leaves about 15
@@ -344,7 +346,21 @@ fn vllm_sizes_its_cache_at_its_own_default_and_needs_room_for_max_model_len() {
         "{message}"
     );
     assert!(SimBackend::new(&on_rtx("max_model_len = 131072"), None).is_ok());
-    assert!(SimBackend::new(&on_rtx("mem_fraction_static = 0.94"), None).is_ok());
+    // the rtx6kpro recipe: 0.94 with --max-num-seqs 128; vLLM's default of 1024 sequences
+    // would make the profile run's sampler hold 2 GiB more, and the lever is named
+    let err = SimBackend::new(&on_rtx("mem_fraction_static = 0.94"), None)
+        .err()
+        .expect("refused");
+    assert!(
+        err.to_string()
+            .contains("lower server.max_running_requests"),
+        "{err}"
+    );
+    assert!(SimBackend::new(
+        &on_rtx("mem_fraction_static = 0.94\nmax_running_requests = 128"),
+        None
+    )
+    .is_ok());
     // SGLang caps what it admits instead of refusing to start
     let text = format!(
         "name = \"t\"\nseed = 11\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-rtx-pro-6000-server\"\n\
