@@ -130,9 +130,12 @@ fn a_deployment_that_would_not_start_prints_no_line() {
         "{err}"
     );
     // vLLM refuses to start when one request of max_model_len (Kimi's 262,144 by default)
-    // does not fit its KV cache: at 0.9 on the RTX PRO 6000 box it does not
+    // does not fit its KV cache: in BF16 at 0.9 on the RTX PRO 6000 box it does not
     let mut extra = vec!["--variant", "eagle3-k3"];
-    extra.extend(sets(&["server.mem_fraction_static=0.9"]));
+    extra.extend(sets(&[
+        "server.mem_fraction_static=0.9",
+        "server.kv_cache_dtype=\"bf16\"",
+    ]));
     let (code, out, err) = args_of("vllm-args", "experiments/vllm_eagle3.toml", &extra);
     assert_eq!(code, 3, "{err}");
     assert!(out.is_empty(), "{out}");

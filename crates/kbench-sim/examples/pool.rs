@@ -17,12 +17,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = backend.kv_pool();
     println!("{}", pool.describe());
     println!(
-        "GPU {:.2} GB x {} = {:.2} GB; weights {:.2} GB; profile-run sampler {:.2} GB; pool {:.2} GB",
+        "GPU {:.2} GB x {} = {:.2} GB; weights {:.2} GB; profile-run sampler {:.2} GB; MoE workspace {:.2} GB; pool {:.2} GB",
         pool.gpu_bytes / 1e9,
         pool.mem_fraction_static,
         pool.gpu_bytes * pool.mem_fraction_static / 1e9,
         pool.weight_bytes / 1e9,
         pool.sampler_profile_bytes / 1e9,
+        pool.moe_workspace_bytes / 1e9,
         pool.pool_bytes / 1e9
     );
     Ok(())

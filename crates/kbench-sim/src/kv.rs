@@ -1,7 +1,8 @@
 //! The KV-cache pool as SGLang sizes it (v0.5 `server_args` heuristics and
 //! `profile_max_num_token`), and the constants of its admission and retraction policy.
 //!
-//! - Pool bytes per GPU: `mem_fraction_static * GPU memory - weights per GPU`.
+//! - Pool bytes per GPU: `mem_fraction_static * GPU memory - weights per GPU`, under vLLM
+//!   less what its profile run holds back (its sampler's peak, the MoE workspace it keeps).
 //! - Bytes per token per GPU: MLA keeps one latent of `kv_lora_rank + qk_rope_head_dim`
 //!   per layer, replicated on every tensor-parallel rank; MHA/GQA keeps K and V of the
 //!   rank's KV heads. The EAGLE-3 draft has its own KV (one layer) over the same token
@@ -46,6 +47,9 @@ pub struct KvPool {
     /// vLLM's profile run's sampler peak, deducted before the KV cache is sized (0 under
     /// SGLang, whose reserve is inside `mem_fraction_static`).
     pub sampler_profile_bytes: f64,
+    /// The fused-MoE workspace vLLM's profile run takes and keeps (0 under SGLang, or for
+    /// a dense model).
+    pub moe_workspace_bytes: f64,
     /// What memory leaves for the target's KV.
     pub pool_bytes: f64,
     pub target_bytes_per_token: u64,
@@ -86,8 +90,10 @@ fn gpu_mib(profile: &HardwareProfile) -> f64 {
 }
 
 /// vLLM's `--gpu-memory-utilization` when unset (vllm/config/cache.py). Its KV cache is
-/// that share less the weights and the transient peak of its profile run; of that peak
-/// kbench deducts the sampler's part ([`vllm_sampler_profile_bytes`]).
+/// that share less the weights, what its profile run allocates and keeps, and that run's
+/// transient peak; kbench deducts the fused-MoE workspace the run keeps
+/// ([`vllm_moe_workspace_bytes`]) and the sampler's part of the peak
+/// ([`vllm_sampler_profile_bytes`]).
 pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 
 /// Bytes per logit (one request's row times the vocabulary) live at the peak of the sampler
@@ -103,6 +109,34 @@ pub const SAMPLER_PROFILE_BYTES_PER_LOGIT: f64 = 14.0;
 /// probabilities (4) and the recovery sampler's noise (4): `RejectionSampler.forward`,
 /// `rejection_sample` and `sample_recovered_tokens` (vllm/v1/sample/rejection_sampler.py).
 pub const SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT: f64 = 26.0;
+
+/// The profile run's forward: `max_num_batched_tokens`, the file's or vLLM's default.
+fn batched_tokens(exp: &Experiment, profile: &HardwareProfile) -> u32 {
+    exp.engine
+        .max_num_batched_tokens
+        .unwrap_or_else(|| default_max_num_batched_tokens(profile))
+}
+
+/// The fused-MoE workspace vLLM keeps after its profile run: the modular kernel draws its
+/// buffers from the process-wide workspace manager (`current_workspace_manager()
+/// .get_simultaneous` in `FusedMoEKernel._allocate_buffers`, vllm-project/vllm#27532), which
+/// grows them to the largest request and holds them, so the profile's forward of
+/// `max_num_batched_tokens` tokens sizes them. For Marlin's experts (`MarlinExperts
+/// .workspace_shapes`, vLLM 0.32) they are `M x topk x max(N, K)` (shared with the output's
+/// `M x K`) and `M x topk x max(2N, K)` in BF16, with N the rank's expert intermediate and
+/// K the hidden size; the Triton experts' come to the same where K is the larger.
+pub fn vllm_moe_workspace_bytes(exp: &Experiment, profile: &HardwareProfile) -> f64 {
+    let Some(moe) = &exp.model.moe else {
+        return 0.0;
+    };
+    let m = batched_tokens(exp, profile) as f64;
+    let topk = moe.num_experts_per_tok as f64;
+    let k = exp.model.hidden_size as f64;
+    let n = (moe.moe_intermediate_size / exp.tp_size.max(1)) as f64;
+    let shared_with_output = (m * topk * n.max(k)).max(m * k);
+    let second = m * topk * (2.0 * n).max(k);
+    (shared_with_output + second) * 2.0
+}
 
 /// `vllm serve`'s default token budget: 8192 on GPUs of 70 GiB or more, else 2048
 /// (`EngineArgs` batch defaults by device memory).
@@ -121,11 +155,7 @@ pub(crate) fn default_max_num_batched_tokens(profile: &HardwareProfile) -> u32 {
 /// with speculation. The forward of `max_num_batched_tokens` tokens before it is not priced:
 /// for a large vocabulary and 1,024 sequences the sampler's GiBs are the larger.
 pub fn vllm_sampler_profile_bytes(exp: &Experiment, profile: &HardwareProfile) -> f64 {
-    let batched = exp
-        .engine
-        .max_num_batched_tokens
-        .unwrap_or_else(|| default_max_num_batched_tokens(profile));
-    let rows = exp.max_running_requests.min(batched) as f64;
+    let rows = exp.max_running_requests.min(batched_tokens(exp, profile)) as f64;
     let per_logit = if exp.speculative.is_speculative() {
         SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT
     } else {
@@ -216,7 +246,12 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
         ServingEngineKind::Vllm => vllm_sampler_profile_bytes(exp, profile),
         ServingEngineKind::Sglang => 0.0,
     };
-    let pool_bytes = gpu_bytes * mf - weight_bytes - sampler_profile_bytes;
+    let moe_workspace_bytes = match exp.engine.kind {
+        ServingEngineKind::Vllm => vllm_moe_workspace_bytes(exp, profile),
+        ServingEngineKind::Sglang => 0.0,
+    };
+    let held_back = sampler_profile_bytes + moe_workspace_bytes;
+    let pool_bytes = gpu_bytes * mf - weight_bytes - held_back;
     let dtype = exp.kv.kv_cache_dtype;
     let target = target_bytes_per_token(&loaded, exp.tp_size, dtype);
     let draft = exp
@@ -233,10 +268,12 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
             gpu_bytes * mf / GIB,
             weight_bytes / GIB,
             exp.tp_size,
-            if sampler_profile_bytes > 0.0 {
+            if held_back > 0.0 {
                 format!(
-                    " and vLLM's profile-run sampler {:.1} GiB (lower server.max_running_requests, vLLM's --max-num-seqs, to shrink it)",
-                    sampler_profile_bytes / GIB
+                    " and vLLM's profile run holds back {:.1} GiB (its sampler {:.1}, lowered with server.max_running_requests, vLLM's --max-num-seqs; its MoE workspace {:.1}, with engine.max_num_batched_tokens)",
+                    held_back / GIB,
+                    sampler_profile_bytes / GIB,
+                    moe_workspace_bytes / GIB
                 )
             } else {
                 String::new()
@@ -244,7 +281,14 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
         )));
     }
     if exp.engine.kind == ServingEngineKind::Vllm {
-        check_vllm_max_model_len(exp, mf, pool_bytes, target + draft, sampler_profile_bytes)?;
+        check_vllm_max_model_len(
+            exp,
+            mf,
+            pool_bytes,
+            target + draft,
+            sampler_profile_bytes,
+            moe_workspace_bytes,
+        )?;
     }
     // vLLM sizes one pool for every attention layer it registered, the drafter's among them
     // (KVCacheConfig over static_forward_context), so a token costs both; SGLang sizes the
@@ -278,6 +322,7 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
         gpu_bytes,
         weight_bytes,
         sampler_profile_bytes,
+        moe_workspace_bytes,
         pool_bytes,
         target_bytes_per_token: target,
         draft_bytes_per_token: draft,
@@ -297,6 +342,7 @@ fn check_vllm_max_model_len(
     pool_bytes: f64,
     bytes_per_token: u64,
     sampler_profile_bytes: f64,
+    moe_workspace_bytes: f64,
 ) -> Result<(), SimError> {
     let (len, whose) = match exp.kv.max_model_len {
         Some(n) => (n as u64, "server.max_model_len"),
@@ -316,15 +362,26 @@ fn check_vllm_max_model_len(
     } else {
         format!("the longest request here needs {needed} tokens, more than fit: raise mem_fraction_static (--gpu-memory-utilization) or tp_size, or use kv_cache_dtype = \"fp8_e4m3\"")
     };
-    // The sampler's share grows with max_num_seqs, a lever a user may not think of.
-    let sampler = if sampler_profile_bytes >= 0.5 * GIB {
-        format!(
-            ", or lower server.max_running_requests (vLLM's --max-num-seqs, now {}): its profile-run sampler takes {:.1} GiB",
+    // What the profile run holds back grows with max_num_seqs and max_num_batched_tokens,
+    // levers a user may not think of.
+    let mut levers = Vec::new();
+    if sampler_profile_bytes >= 0.5 * GIB {
+        levers.push(format!(
+            "lower server.max_running_requests (vLLM's --max-num-seqs, now {}): its profile-run sampler takes {:.1} GiB",
             exp.max_running_requests,
             sampler_profile_bytes / GIB
-        )
-    } else {
+        ));
+    }
+    if moe_workspace_bytes >= 0.5 * GIB {
+        levers.push(format!(
+            "lower engine.max_num_batched_tokens (--max-num-batched-tokens): the MoE workspace its profile run keeps takes {:.1} GiB",
+            moe_workspace_bytes / GIB
+        ));
+    }
+    let sampler = if levers.is_empty() {
         String::new()
+    } else {
+        format!(", or {}", levers.join("; or "))
     };
     Err(SimError::DoesNotFit(format!(
         "{}: vLLM would not start: one request of max_model_len {len} ({whose}) needs {:.1} GiB of KV cache per GPU, and {:.1} GiB is left at gpu_memory_utilization {mf}; the longest that fits is {fits} tokens: {fix}{sampler}",
@@ -362,8 +419,8 @@ impl KvPool {
                 "{:.2} GiB left after {:.1} GiB of weights{} in {} of {:.1} GiB, at {} bytes per token",
                 self.pool_bytes / GIB,
                 self.weight_bytes / GIB,
-                if self.sampler_profile_bytes > 0.0 {
-                    format!(" and {:.1} GiB of vLLM's profile-run sampler", self.sampler_profile_bytes / GIB)
+                if self.held_back_bytes() > 0.0 {
+                    format!(" and {:.1} GiB vLLM's profile run holds back", self.held_back_bytes() / GIB)
                 } else {
                     String::new()
                 },
@@ -381,6 +438,11 @@ impl KvPool {
         )))
     }
 
+    /// What vLLM's profile run takes from the KV cache's share beyond the weights.
+    pub fn held_back_bytes(&self) -> f64 {
+        self.sampler_profile_bytes + self.moe_workspace_bytes
+    }
+
     /// One line for the report.
     pub fn describe(&self) -> String {
         format!(
@@ -394,10 +456,12 @@ impl KvPool {
             },
             self.mem_fraction_static,
             self.mem_fraction_origin,
-            if self.sampler_profile_bytes > 0.0 {
+            if self.held_back_bytes() > 0.0 {
                 format!(
-                    ", less {:.2} GiB for vLLM's profile-run sampler",
-                    self.sampler_profile_bytes / GIB
+                    ", less {:.2} GiB vLLM's profile run holds back: sampler {:.2}, MoE workspace {:.2}",
+                    self.held_back_bytes() / GIB,
+                    self.sampler_profile_bytes / GIB,
+                    self.moe_workspace_bytes / GIB
                 )
             } else {
                 String::new()

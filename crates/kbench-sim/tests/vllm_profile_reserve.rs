@@ -1,12 +1,13 @@
 //! vLLM's KV cache is what its profile run leaves: the sampler pass that closes it holds
-//! 14 bytes per logit of one row per dummy request, 26 with a rejection sampler, and kbench
-//! deducts that from the pool (docs/cost-model.md, "What vLLM's profile run holds back").
+//! 14 bytes per logit of one row per dummy request, 26 with a rejection sampler, and the
+//! fused-MoE workspace its forward takes is kept; kbench deducts both from the pool
+//! (docs/cost-model.md, "What vLLM's profile run holds back").
 
 use std::path::Path;
 
 use kbench_core::experiment::{load_experiment_str, Experiment};
 use kbench_sim::kv::{
-    kv_pool, vllm_sampler_profile_bytes, SAMPLER_PROFILE_BYTES_PER_LOGIT,
+    kv_pool, vllm_moe_workspace_bytes, vllm_sampler_profile_bytes, SAMPLER_PROFILE_BYTES_PER_LOGIT,
     SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT,
 };
 use kbench_sim::presets::resolve_profile;
@@ -15,18 +16,25 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 /// MiniMax-M3 at TP8 on 8x H100, as InferenceX's 8k1k arms launch it.
 fn m3_on_h100(engine: &str, server: &str, speculative: &str) -> Experiment {
-    let text = format!(
+    load(&m3_text(engine, server, speculative))
+}
+
+fn load(text: &str) -> Experiment {
+    load_experiment_str(text, Path::new("t.toml"), &[])
+        .unwrap()
+        .remove(0)
+        .experiment
+}
+
+fn m3_text(engine: &str, server: &str, speculative: &str) -> String {
+    format!(
         "name = \"t\"\nseed = 5\n[model]\npreset = \"minimax-m3\"\n[hardware]\npreset = \"8x-h100\"\n\
          [engine]\n{engine}\n[draft]\npreset = \"minimax-m3-eagle3\"\n\
          [server]\ntp_size = 8\nmem_fraction_static = 0.9\nmax_model_len = 9472\n{server}\n\
          [speculative]\n{speculative}\n\
          [workload]\nmax_tokens = 1024\ninput_len = 8192\naccept_length = 2.83\n\
          [benchmark]\nconcurrency = [1]\nrequests_per_level = 2\n"
-    );
-    load_experiment_str(&text, Path::new("t.toml"), &[])
-        .unwrap()
-        .remove(0)
-        .experiment
+    )
 }
 
 const VLLM: &str = "name = \"vllm\"\nmax_num_batched_tokens = 16384";
@@ -68,7 +76,10 @@ fn the_pool_is_the_budget_less_weights_and_the_sampler_under_vllm_only() {
         let profile = resolve_profile(&e.hardware).unwrap();
         let pool = kv_pool(&e, &profile).unwrap();
         assert!(pool.sampler_profile_bytes > 2.0 * GIB, "{pool:?}");
-        let left = pool.gpu_bytes * 0.9 - pool.weight_bytes - pool.sampler_profile_bytes;
+        let left = pool.gpu_bytes * 0.9
+            - pool.weight_bytes
+            - pool.sampler_profile_bytes
+            - pool.moe_workspace_bytes;
         assert!((pool.pool_bytes - left).abs() < 1.0, "{pool:?}");
         let per_token = pool.target_bytes_per_token + pool.draft_bytes_per_token;
         assert_eq!(pool.tokens, (pool.pool_bytes / per_token as f64) as u64);
@@ -78,6 +89,7 @@ fn the_pool_is_the_budget_less_weights_and_the_sampler_under_vllm_only() {
     let profile = resolve_profile(&sglang.hardware).unwrap();
     let pool = kv_pool(&sglang, &profile).unwrap();
     assert_eq!(pool.sampler_profile_bytes, 0.0);
+    assert_eq!(pool.moe_workspace_bytes, 0.0);
     assert!((pool.pool_bytes - (pool.gpu_bytes * 0.9 - pool.weight_bytes)).abs() < 1.0);
 }
 
@@ -102,4 +114,44 @@ fn eagle3_holds_back_the_rejection_samplers_rows_beyond_its_draft() {
     );
     // in tokens, the EAGLE-3 pool is the smaller by more than its draft's 4 KB a token
     assert!(e.tokens < p.tokens * 8 / 10, "{} vs {}", e.tokens, p.tokens);
+}
+
+/// Marlin's experts take `M x topk x max(N, K)` and `M x topk x max(2N, K)` BF16 elements for
+/// the profile's M = max_num_batched_tokens tokens: for M3 at TP8 (hidden 6,144, an expert
+/// intermediate of 3,072 / 8, top-4) and 16,384 tokens, 1.61 GB, the same with or without a
+/// draft; a token budget of 2,048 takes an eighth of it, and a dense model none.
+#[test]
+fn the_moe_workspace_is_sized_by_the_token_budget() {
+    let e = m3_on_h100(VLLM, "", PLAIN);
+    let profile = resolve_profile(&e.hardware).unwrap();
+    let full = vllm_moe_workspace_bytes(&e, &profile);
+    assert_eq!(full, 2.0 * (16384.0 * 4.0 * 6144.0) * 2.0);
+    let eagle = m3_on_h100(VLLM, "", EAGLE3);
+    assert_eq!(vllm_moe_workspace_bytes(&eagle, &profile), full);
+    let small = m3_on_h100("name = \"vllm\"\nmax_num_batched_tokens = 2048", "", PLAIN);
+    assert_eq!(vllm_moe_workspace_bytes(&small, &profile), full / 8.0);
+    let dense = load(
+        "name = \"t\"\nseed = 5\n[model]\npreset = \"llama-3.1-8b\"\n[hardware]\npreset = \"8x-h100\"\n\
+         [engine]\nname = \"vllm\"\n[server]\ntp_size = 1\n[workload]\nmax_tokens = 8\ninput_len = 64\n\
+         [benchmark]\nconcurrency = [1]\nrequests_per_level = 1\n",
+    );
+    assert_eq!(vllm_moe_workspace_bytes(&dense, &profile), 0.0);
+}
+
+/// A context that no longer fits after what the profile run holds back is refused with both
+/// levers named.
+#[test]
+fn a_refusal_names_the_levers_that_shrink_what_the_profile_run_holds_back() {
+    let e =
+        load(&m3_text(VLLM, "", EAGLE3).replace("max_model_len = 9472", "max_model_len = 400000"));
+    let profile = resolve_profile(&e.hardware).unwrap();
+    let err = kv_pool(&e, &profile).expect_err("refused");
+    let message = err.to_string();
+    for lever in [
+        "vLLM would not start",
+        "lower server.max_running_requests (vLLM's --max-num-seqs, now 1024)",
+        "lower engine.max_num_batched_tokens",
+    ] {
+        assert!(message.contains(lever), "{lever}: {message}");
+    }
 }
