@@ -2,18 +2,29 @@
 //! weights in memory, a KV cache (and vLLM's one request of max_model_len in it). A launch
 //! line (`kbench sglang-args`, `kbench vllm-args`) is checked with these, so the command it
 //! prints is one the engine would run; the acceptance a prediction replays, the engine
-//! profile that prices it and the benchmark's requests are not needed to start.
+//! profile's prices and the benchmark's requests are not needed to start (of a vLLM
+//! profile only its model runner is, whose profile run sizes the KV cache).
 
-use kbench_core::experiment::Experiment;
+use kbench_core::experiment::{Experiment, ServingEngineKind};
 
+use crate::engine_profile::ModelRunner;
 use crate::error::SimError;
-use crate::presets::resolve_profile;
+use crate::presets::{resolve_engine_profile, resolve_profile};
 use crate::profile::HardwareProfile;
 
 pub fn check_deployment(exp: &Experiment) -> Result<(), SimError> {
     let profile = resolve_profile(&exp.hardware).map_err(|e| e.in_file(&exp.path))?;
     check_weights_fit(exp, &profile)?;
-    crate::kv::kv_pool(exp, &profile).map(drop)
+    let runner = match exp.engine.kind {
+        ServingEngineKind::Vllm => {
+            resolve_engine_profile(exp, &profile)
+                .map_err(|e| e.in_file(&exp.path))?
+                .memory
+                .model_runner
+        }
+        ServingEngineKind::Sglang => ModelRunner::V1,
+    };
+    crate::kv::kv_pool(exp, &profile, runner).map(drop)
 }
 
 /// The target's (and draft's) weights within what one GPU can give them.

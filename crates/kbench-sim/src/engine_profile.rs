@@ -307,6 +307,36 @@ impl CollectivesSection {
     }
 }
 
+/// The vLLM model runner whose profile run sizes the KV cache (`VLLM_USE_V2_MODEL_RUNNER`):
+/// the V1 runner warms its sampler, and with speculation its rejection sampler, over full
+/// rows of FP32 logits; Model Runner V2 makes one sampler call that keeps the BF16 logits
+/// (docs/cost-model.md, "What vLLM's profile run holds back"). V2 became vLLM's default for
+/// dense models in July 2026 (vllm-project/vllm#44443) and for MoE models after; every
+/// shipped profile describes a release from before, so V1 is the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelRunner {
+    #[default]
+    V1,
+    V2,
+}
+
+/// What the engine holds back from the KV cache beside the weights.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySection {
+    #[serde(default)]
+    pub model_runner: ModelRunner,
+    #[serde(rename = "ref", default)]
+    pub reference: String,
+}
+
+impl MemorySection {
+    fn is_default(&self) -> bool {
+        *self == MemorySection::default()
+    }
+}
+
 impl Default for CollectivesSection {
     fn default() -> CollectivesSection {
         CollectivesSection {
@@ -424,6 +454,8 @@ pub struct EngineProfile {
     pub attention: AttentionSection,
     #[serde(default)]
     pub collectives: CollectivesSection,
+    #[serde(default, skip_serializing_if = "MemorySection::is_default")]
+    pub memory: MemorySection,
     #[serde(default)]
     pub free: Vec<FreeParam>,
     #[serde(default)]

@@ -17,6 +17,7 @@ use kbench_core::experiment::{
 };
 use serde::Serialize;
 
+use crate::engine_profile::ModelRunner;
 use crate::error::SimError;
 use crate::memory::loaded_weight_footprint;
 use crate::profile::HardwareProfile;
@@ -106,9 +107,16 @@ pub const SAMPLER_PROFILE_BYTES_PER_LOGIT: f64 = 14.0;
 /// The same with speculation: the dummy run then passes twice as many BF16 logit rows to the
 /// rejection sampler (4), which keeps its bonus rows (2) and their FP32 raw logits for
 /// logprobs (4) while it converts and clones the target rows (4 + 4), then takes their
-/// probabilities (4) and the recovery sampler's noise (4): `RejectionSampler.forward`,
-/// `rejection_sample` and `sample_recovered_tokens` (vllm/v1/sample/rejection_sampler.py).
-pub const SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT: f64 = 26.0;
+/// probabilities (4) and the recovery sampler's noise and its reciprocal (4 + 4):
+/// `RejectionSampler.forward`, `rejection_sample` and `sample_recovered_tokens`
+/// (vllm/v1/sample/rejection_sampler.py).
+pub const SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT: f64 = 30.0;
+
+/// Model Runner V2's profile run makes one sampler call (`GPUModelRunnerV2
+/// ._dummy_sampler_run`, vllm/v1/worker/gpu/model_runner.py, vLLM 0.32) whose dummy requests
+/// need no logits processing, so the gathered BF16 logits are sampled in place; with
+/// speculation it runs no rejection sampler.
+pub const V2_SAMPLER_PROFILE_BYTES_PER_LOGIT: f64 = 2.0;
 
 /// The profile run's forward: `max_num_batched_tokens`, the file's or vLLM's default.
 fn batched_tokens(exp: &Experiment, profile: &HardwareProfile) -> u32 {
@@ -124,7 +132,8 @@ fn batched_tokens(exp: &Experiment, profile: &HardwareProfile) -> u32 {
 /// `max_num_batched_tokens` tokens sizes them. For Marlin's experts (`MarlinExperts
 /// .workspace_shapes`, vLLM 0.32) they are `M x topk x max(N, K)` (shared with the output's
 /// `M x K`) and `M x topk x max(2N, K)` in BF16, with N the rank's expert intermediate and
-/// K the hidden size; the Triton experts' come to the same where K is the larger.
+/// K the hidden size; kbench takes them for every experts kernel (the Triton experts' are the
+/// same; DeepGEMM's, an FP8 buffer over padded rows, and FlashInfer's are not checked).
 pub fn vllm_moe_workspace_bytes(exp: &Experiment, profile: &HardwareProfile) -> f64 {
     let Some(moe) = &exp.model.moe else {
         return 0.0;
@@ -133,18 +142,20 @@ pub fn vllm_moe_workspace_bytes(exp: &Experiment, profile: &HardwareProfile) -> 
     let topk = moe.num_experts_per_tok as f64;
     let k = exp.model.hidden_size as f64;
     let n = (moe.moe_intermediate_size / exp.tp_size.max(1)) as f64;
-    let shared_with_output = (m * topk * n.max(k)).max(m * k);
+    // the first buffer also holds the output (M x K), never the larger with topk >= 1
+    let first = m * topk * n.max(k);
     let second = m * topk * (2.0 * n).max(k);
-    (shared_with_output + second) * 2.0
+    (first + second) * 2.0
 }
 
-/// `vllm serve`'s default token budget: 8192 on GPUs of 70 GiB or more, else 2048
-/// (`EngineArgs` batch defaults by device memory).
+/// `vllm serve`'s default token budget: 16384 on GPUs of 160 GiB or more (B200, B300),
+/// 8192 from 70 GiB (H100, H200, the RTX PRO 6000), else 2048
+/// (`EngineArgs.get_batch_defaults`, vLLM 0.32).
 pub(crate) fn default_max_num_batched_tokens(profile: &HardwareProfile) -> u32 {
-    if profile.gpu.memory_gib.value >= 70.0 {
-        8192
-    } else {
-        2048
+    match profile.gpu.memory_gib.value {
+        m if m >= 160.0 => 16384,
+        m if m >= 70.0 => 8192,
+        _ => 2048,
     }
 }
 
@@ -152,14 +163,19 @@ pub(crate) fn default_max_num_batched_tokens(profile: &HardwareProfile) -> u32 {
 /// `min(max_num_seqs, max_num_batched_tokens)` requests, each with one row of logits over the
 /// whole vocabulary on every rank (the logits are all-gathered), and the sampler holds
 /// [`SAMPLER_PROFILE_BYTES_PER_LOGIT`] per logit, [`SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT`]
-/// with speculation. The forward of `max_num_batched_tokens` tokens before it is not priced:
+/// with speculation, under the V1 model runner; Model Runner V2 holds
+/// [`V2_SAMPLER_PROFILE_BYTES_PER_LOGIT`]. The forward of `max_num_batched_tokens` tokens before it is not priced:
 /// for a large vocabulary and 1,024 sequences the sampler's GiBs are the larger.
-pub fn vllm_sampler_profile_bytes(exp: &Experiment, profile: &HardwareProfile) -> f64 {
+pub fn vllm_sampler_profile_bytes(
+    exp: &Experiment,
+    profile: &HardwareProfile,
+    runner: ModelRunner,
+) -> f64 {
     let rows = exp.max_running_requests.min(batched_tokens(exp, profile)) as f64;
-    let per_logit = if exp.speculative.is_speculative() {
-        SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT
-    } else {
-        SAMPLER_PROFILE_BYTES_PER_LOGIT
+    let per_logit = match runner {
+        ModelRunner::V2 => V2_SAMPLER_PROFILE_BYTES_PER_LOGIT,
+        ModelRunner::V1 if exp.speculative.is_speculative() => SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT,
+        ModelRunner::V1 => SAMPLER_PROFILE_BYTES_PER_LOGIT,
     };
     rows * exp.model.vocab_size as f64 * per_logit
 }
@@ -219,8 +235,13 @@ pub fn draft_bytes_per_token(draft: &DraftArch, tp: u32, dtype: KvCacheDtype) ->
     }
 }
 
-/// Sizes the pool; an error says why nothing is left for it.
-pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, SimError> {
+/// Sizes the pool; an error says why nothing is left for it. `runner` is the vLLM model
+/// runner the engine profile names (unused under SGLang).
+pub fn kv_pool(
+    exp: &Experiment,
+    profile: &HardwareProfile,
+    runner: ModelRunner,
+) -> Result<KvPool, SimError> {
     let chunk = chunked_prefill_size(exp, profile);
     let (mf, origin) = match (exp.kv.mem_fraction_static, exp.engine.kind) {
         (Some(f), _) => (f, "file"),
@@ -243,7 +264,7 @@ pub fn kv_pool(exp: &Experiment, profile: &HardwareProfile) -> Result<KvPool, Si
     )
     .per_gpu_bytes;
     let sampler_profile_bytes = match exp.engine.kind {
-        ServingEngineKind::Vllm => vllm_sampler_profile_bytes(exp, profile),
+        ServingEngineKind::Vllm => vllm_sampler_profile_bytes(exp, profile, runner),
         ServingEngineKind::Sglang => 0.0,
     };
     let moe_workspace_bytes = match exp.engine.kind {

@@ -86,7 +86,7 @@ impl SimBackend {
             SimError::Model(m) => SimError::Model(format!("{}: {m}", exp.path.display())),
             e => e,
         };
-        let kv = crate::kv::kv_pool(exp, &profile)?;
+        let kv = crate::kv::kv_pool(exp, &profile, engine.memory.model_runner)?;
         let max_num_batched_tokens = exp
             .engine
             .max_num_batched_tokens

@@ -9,6 +9,7 @@ use kbench_core::acceptance::AcceptanceModel;
 use kbench_core::experiment::{load_experiment_str, Experiment};
 use kbench_core::harness::{run_levels, LevelResult, NoProgress};
 use kbench_sim::acceptance::DepthRateAcceptance;
+use kbench_sim::engine_profile::ModelRunner;
 use kbench_sim::predict::load_plan;
 use kbench_sim::SimBackend;
 use proptest::prelude::*;
@@ -313,7 +314,7 @@ fn vllm_sizes_its_cache_at_its_own_default_and_needs_room_for_max_model_len() {
     )
     .unwrap();
     let h200 = plain_experiment("", vllm, workload, benchmark);
-    let pool = kbench_sim::kv::kv_pool(&h200, &profile).unwrap();
+    let pool = kbench_sim::kv::kv_pool(&h200, &profile, ModelRunner::V1).unwrap();
     assert_eq!(pool.mem_fraction_static, 0.9);
     assert!(
         pool.mem_fraction_origin.contains("vLLM"),
@@ -321,14 +322,14 @@ fn vllm_sizes_its_cache_at_its_own_default_and_needs_room_for_max_model_len() {
         pool.mem_fraction_origin
     );
     let sglang = plain_experiment("", "", workload, benchmark);
-    let sglang_pool = kbench_sim::kv::kv_pool(&sglang, &profile).unwrap();
+    let sglang_pool = kbench_sim::kv::kv_pool(&sglang, &profile, ModelRunner::V1).unwrap();
     assert!(sglang_pool.mem_fraction_static < 0.9);
     // vLLM's share is the larger before its profile run takes its part
     assert!(pool.pool_bytes + pool.held_back_bytes() > sglang_pool.pool_bytes);
     assert_eq!(sglang_pool.held_back_bytes(), 0.0);
 
-    // Kimi-K2.5's 262,144-token context needs 17 GiB of KV per GPU on the RTX PRO 6000
-    // box, where 0.9 leaves about 15
+    // Kimi-K2.5's 262,144-token context needs 17 GiB of BF16 KV per GPU on the RTX PRO 6000
+    // box, where 0.9 leaves about 11 once vLLM's profile run has held back its part
     let on_rtx = |server: &str| {
         let text = format!(
             "name = \"t\"\nseed = 11\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-rtx-pro-6000-server\"\n\
@@ -401,7 +402,7 @@ fn a_pool_token_costs_what_the_engine_keeps_per_token() {
             .experiment
     };
     let profile = kbench_sim::presets::resolve_profile(&load(text("", "")).hardware).unwrap();
-    let pool = |t: String| kbench_sim::kv::kv_pool(&load(t), &profile).unwrap();
+    let pool = |t: String| kbench_sim::kv::kv_pool(&load(t), &profile, ModelRunner::V1).unwrap();
     let vllm = "[engine]\nname = \"vllm\"";
     let (plain, spec) = (pool(text(vllm, "")), pool(text(vllm, vllm_eagle)));
     assert!(spec.draft_bytes_per_token > 0);
