@@ -549,6 +549,11 @@ impl EngineProfile {
             }
         }
         self.collectives.validate().map_err(bad)?;
+        if self.engine == "sglang" && self.memory.model_runner != ModelRunner::V1 {
+            return Err(bad(
+                "[memory] model_runner is vLLM's (which runner's profile run sizes its KV cache); an SGLang profile has none: remove it".into(),
+            ));
+        }
         let share = self.kernels.weight_only_rate.value;
         if !(0.05..=1.0).contains(&share) {
             return Err(bad(format!(

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use kbench_core::experiment::{load_experiment_str, Experiment};
+use kbench_sim::engine_profile::EngineProfile;
 use kbench_sim::engine_profile::ModelRunner;
 use kbench_sim::kv::{
     kv_pool, vllm_moe_workspace_bytes, vllm_sampler_profile_bytes, SAMPLER_PROFILE_BYTES_PER_LOGIT,
@@ -187,4 +188,40 @@ fn a_refusal_names_the_levers_that_shrink_what_the_profile_run_holds_back() {
     ] {
         assert!(message.contains(lever), "{lever}: {message}");
     }
+}
+
+/// The engine profile names the runner: a vLLM profile for a Model Runner V2 release sizes
+/// the pool with V2's sampler, and an SGLang profile that names one is refused.
+#[test]
+fn the_engine_profile_names_the_runner_that_sizes_the_pool() {
+    let e = m3_on_h100(VLLM, "", PLAIN);
+    let hw = resolve_profile(&e.hardware).unwrap();
+    let shipped = kbench_sim::presets::engine_preset("vllm-minimax-m3-h200").unwrap();
+    let text =
+        shipped.to_toml_string().unwrap() + "\n[memory]\nmodel_runner = \"v2\"\nref = \"t\"\n";
+    let v2 = EngineProfile::from_toml_str(&text, "v2.toml").unwrap();
+    let tables = kbench_sim::presets::load_tables(&hw).unwrap();
+    let v1_pool =
+        kbench_sim::SimBackend::with_profiles(&e, hw.clone(), shipped, tables.clone(), None)
+            .unwrap()
+            .kv_pool()
+            .clone();
+    let v2_pool = kbench_sim::SimBackend::with_profiles(&e, hw, v2, tables, None)
+        .unwrap()
+        .kv_pool()
+        .clone();
+    assert_eq!(
+        v2_pool.sampler_profile_bytes,
+        1024.0 * 200_064.0 * kbench_sim::kv::V2_SAMPLER_PROFILE_BYTES_PER_LOGIT
+    );
+    assert_eq!(v2_pool.moe_workspace_bytes, v1_pool.moe_workspace_bytes);
+    assert!(v2_pool.tokens > v1_pool.tokens);
+
+    let sglang = kbench_sim::presets::engine_preset("sglang").unwrap();
+    let text =
+        sglang.to_toml_string().unwrap() + "\n[memory]\nmodel_runner = \"v2\"\nref = \"t\"\n";
+    let err = EngineProfile::from_toml_str(&text, "s.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("model_runner is vLLM's"), "{err}");
 }
