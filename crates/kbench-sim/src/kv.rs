@@ -118,8 +118,9 @@ pub const SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT: f64 = 30.0;
 /// speculation it runs no rejection sampler.
 pub const V2_SAMPLER_PROFILE_BYTES_PER_LOGIT: f64 = 2.0;
 
-/// The profile run's forward: `max_num_batched_tokens`, the file's or vLLM's default.
-fn batched_tokens(exp: &Experiment, profile: &HardwareProfile) -> u32 {
+/// vLLM's token budget, the profile run's forward among its steps: `max_num_batched_tokens`,
+/// the file's or vLLM's default for the GPU.
+pub(crate) fn batched_tokens(exp: &Experiment, profile: &HardwareProfile) -> u32 {
     exp.engine
         .max_num_batched_tokens
         .unwrap_or_else(|| default_max_num_batched_tokens(profile))
@@ -151,7 +152,7 @@ pub fn vllm_moe_workspace_bytes(exp: &Experiment, profile: &HardwareProfile) -> 
 /// `vllm serve`'s default token budget: 16384 on GPUs of 160 GiB or more (B200, B300),
 /// 8192 from 70 GiB (H100, H200, the RTX PRO 6000), else 2048
 /// (`EngineArgs.get_batch_defaults`, vLLM 0.32).
-pub(crate) fn default_max_num_batched_tokens(profile: &HardwareProfile) -> u32 {
+fn default_max_num_batched_tokens(profile: &HardwareProfile) -> u32 {
     match profile.gpu.memory_gib.value {
         m if m >= 160.0 => 16384,
         m if m >= 70.0 => 8192,
@@ -164,8 +165,9 @@ pub(crate) fn default_max_num_batched_tokens(profile: &HardwareProfile) -> u32 {
 /// whole vocabulary on every rank (the logits are all-gathered), and the sampler holds
 /// [`SAMPLER_PROFILE_BYTES_PER_LOGIT`] per logit, [`SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT`]
 /// with speculation, under the V1 model runner; Model Runner V2 holds
-/// [`V2_SAMPLER_PROFILE_BYTES_PER_LOGIT`]. The forward of `max_num_batched_tokens` tokens before it is not priced:
-/// for a large vocabulary and 1,024 sequences the sampler's GiBs are the larger.
+/// [`V2_SAMPLER_PROFILE_BYTES_PER_LOGIT`]. The forward of `max_num_batched_tokens` tokens
+/// before it is not priced: for a large vocabulary and 1,024 sequences the sampler's GiBs
+/// are the larger.
 pub fn vllm_sampler_profile_bytes(
     exp: &Experiment,
     profile: &HardwareProfile,
@@ -263,13 +265,12 @@ pub fn kv_pool(
         exp.tp_size,
     )
     .per_gpu_bytes;
-    let sampler_profile_bytes = match exp.engine.kind {
-        ServingEngineKind::Vllm => vllm_sampler_profile_bytes(exp, profile, runner),
-        ServingEngineKind::Sglang => 0.0,
-    };
-    let moe_workspace_bytes = match exp.engine.kind {
-        ServingEngineKind::Vllm => vllm_moe_workspace_bytes(exp, profile),
-        ServingEngineKind::Sglang => 0.0,
+    let (sampler_profile_bytes, moe_workspace_bytes) = match exp.engine.kind {
+        ServingEngineKind::Vllm => (
+            vllm_sampler_profile_bytes(exp, profile, runner),
+            vllm_moe_workspace_bytes(exp, profile),
+        ),
+        ServingEngineKind::Sglang => (0.0, 0.0),
     };
     let held_back = sampler_profile_bytes + moe_workspace_bytes;
     let pool_bytes = gpu_bytes * mf - weight_bytes - held_back;
@@ -283,7 +284,7 @@ pub fn kv_pool(
         .unwrap_or(0);
     if pool_bytes <= 0.0 {
         return Err(SimError::DoesNotFit(format!(
-            "{}: no memory is left for the KV cache: mem_fraction_static {mf} ({origin}) of {:.1} GiB is {:.1} GiB, and the weights take {:.1} GiB per GPU at tp_size {}{}; raise mem_fraction_static or tp_size",
+            "{}: no memory is left for the KV cache: mem_fraction_static {mf} ({origin}) of {:.1} GiB is {:.1} GiB, and the weights take {:.1} GiB per GPU at tp_size {}{}; raise mem_fraction_static or tp_size{}",
             exp.path.display(),
             profile.gpu.memory_gib.value,
             gpu_bytes * mf / GIB,
@@ -291,14 +292,13 @@ pub fn kv_pool(
             exp.tp_size,
             if held_back > 0.0 {
                 format!(
-                    " and vLLM's profile run holds back {:.1} GiB (its sampler {:.1}, lowered with server.max_running_requests, vLLM's --max-num-seqs; its MoE workspace {:.1}, with engine.max_num_batched_tokens)",
-                    held_back / GIB,
-                    sampler_profile_bytes / GIB,
-                    moe_workspace_bytes / GIB
+                    " and vLLM's profile run holds back {:.1} GiB",
+                    held_back / GIB
                 )
             } else {
                 String::new()
-            }
+            },
+            held_back_levers(exp, sampler_profile_bytes, moe_workspace_bytes)
         )));
     }
     if exp.engine.kind == ServingEngineKind::Vllm {
@@ -383,8 +383,23 @@ fn check_vllm_max_model_len(
     } else {
         format!("the longest request here needs {needed} tokens, more than fit: raise mem_fraction_static (--gpu-memory-utilization) or tp_size, or use kv_cache_dtype = \"fp8_e4m3\"")
     };
-    // What the profile run holds back grows with max_num_seqs and max_num_batched_tokens,
-    // levers a user may not think of.
+    let levers = held_back_levers(exp, sampler_profile_bytes, moe_workspace_bytes);
+    Err(SimError::DoesNotFit(format!(
+        "{}: vLLM would not start: one request of max_model_len {len} ({whose}) needs {:.1} GiB of KV cache per GPU, and {:.1} GiB is left at gpu_memory_utilization {mf}; the longest that fits is {fits} tokens: {fix}{levers}",
+        exp.path.display(),
+        (len * bytes_per_token) as f64 / GIB,
+        pool_bytes / GIB,
+    )))
+}
+
+/// What shrinks what vLLM's profile run holds back, for a refusal (levers a user may not think
+/// of: tp_size does not shrink the sampler, whose logits every rank holds whole): each part of
+/// half a GiB or more, with its size.
+fn held_back_levers(
+    exp: &Experiment,
+    sampler_profile_bytes: f64,
+    moe_workspace_bytes: f64,
+) -> String {
     let mut levers = Vec::new();
     if sampler_profile_bytes >= 0.5 * GIB {
         levers.push(format!(
@@ -399,17 +414,11 @@ fn check_vllm_max_model_len(
             moe_workspace_bytes / GIB
         ));
     }
-    let sampler = if levers.is_empty() {
+    if levers.is_empty() {
         String::new()
     } else {
         format!(", or {}", levers.join("; or "))
-    };
-    Err(SimError::DoesNotFit(format!(
-        "{}: vLLM would not start: one request of max_model_len {len} ({whose}) needs {:.1} GiB of KV cache per GPU, and {:.1} GiB is left at gpu_memory_utilization {mf}; the longest that fits is {fits} tokens: {fix}{sampler}",
-        exp.path.display(),
-        (len * bytes_per_token) as f64 / GIB,
-        pool_bytes / GIB,
-    )))
+    }
 }
 
 /// SGLang's `decode_mem_cache_buf_multiplier`; for a chain it equals vLLM's 1 + K slots

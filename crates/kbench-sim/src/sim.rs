@@ -87,10 +87,7 @@ impl SimBackend {
             e => e,
         };
         let kv = crate::kv::kv_pool(exp, &profile, engine.memory.model_runner)?;
-        let max_num_batched_tokens = exp
-            .engine
-            .max_num_batched_tokens
-            .unwrap_or_else(|| crate::kv::default_max_num_batched_tokens(&profile));
+        let max_num_batched_tokens = crate::kv::batched_tokens(exp, &profile);
         kv.check_fits(exp)?;
         let client = crate::client::SimSettings::of(exp)?;
         let tables_home = crate::presets::tables_measured_on(&profile)?;
