@@ -283,12 +283,7 @@ fn run_variant(variant: &Variant, quiet: bool) -> CliResult<(Option<Report>, Opt
     if run.levels.is_empty() {
         return Ok((None, stopped));
     }
-    let summary = kbench_core::report::BackendSummary {
-        name: backend.name().to_string(),
-        description: backend.describe(),
-    };
-    let warnings = backend.warnings();
-    let mut report = build_report(exp, variant.name.as_deref(), summary, &run.levels, warnings);
+    let mut report = build_report(exp, variant.name.as_deref(), backend.as_ref(), &run.levels);
     report.partial = stopped
         .as_ref()
         .map(|e| e.message.replace("\n  caused by: ", ": "));

@@ -179,6 +179,11 @@ pub trait Backend {
     fn warnings(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The most requests it runs at once, where the backend decides it rather than the
+    /// experiment (an engine's default for the GPU that the file left unset).
+    fn max_running_requests(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// A running server for one level. The harness submits requests and waits for completions;

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::Backend;
 use crate::experiment::{Experiment, HardwareRef, ReferencePoint};
 use crate::harness::LevelResult;
 use crate::metrics::LevelMetrics;
@@ -274,14 +275,23 @@ fn workload_summary(w: &crate::experiment::Workload) -> WorkloadSummary {
     }
 }
 
-/// Builds the report; reference points are compared here and only here.
+/// Builds the report of what `backend` served; reference points are compared here and only
+/// here.
 pub fn build_report(
     exp: &Experiment,
     variant: Option<&str>,
-    backend: BackendSummary,
+    backend: &dyn Backend,
     levels: &[LevelResult],
-    warnings: Vec<String>,
 ) -> Report {
+    let warnings = backend.warnings();
+    let mut experiment = summarize_experiment(exp, variant);
+    if let Some(n) = backend.max_running_requests() {
+        experiment.max_running_requests = n;
+    }
+    let backend = BackendSummary {
+        name: backend.name().to_string(),
+        description: backend.describe(),
+    };
     let metrics: Vec<LevelMetrics> = levels.iter().map(|l| rounded(&l.metrics)).collect();
     let (saturation_concurrency, saturation_output_throughput) = metrics
         .iter()
@@ -307,7 +317,7 @@ pub fn build_report(
     );
     Report {
         format_version: REPORT_FORMAT_VERSION,
-        experiment: summarize_experiment(exp, variant),
+        experiment,
         backend,
         levels: metrics,
         saturation_output_throughput,

@@ -9,10 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kbench_core::acceptance::AcceptanceModel;
-use kbench_core::backend::Backend;
 use kbench_core::experiment::Experiment;
 use kbench_core::harness::{run_levels, LoadPlan, NoProgress};
-use kbench_core::report::{build_report, BackendSummary, Report};
+use kbench_core::report::{build_report, Report};
 use kbench_core::trace::{self, Trace, TraceAcceptance};
 use kbench_sim::{SimBackend, SimError};
 
@@ -223,11 +222,7 @@ fn run_candidate(
             source: Box::new(source),
         })
     })?;
-    let summary = BackendSummary {
-        name: backend.name().to_string(),
-        description: backend.describe(),
-    };
-    let report = build_report(&exp, None, summary, &levels, backend.warnings());
+    let report = build_report(&exp, None, &backend, &levels);
     Ok(Outcome::Ran(Box::new(Run {
         experiment: exp,
         report,

@@ -21,6 +21,7 @@ use crate::engine_profile::ModelRunner;
 use crate::error::SimError;
 use crate::memory::loaded_weight_footprint;
 use crate::profile::HardwareProfile;
+use crate::vllm_defaults::{batched_tokens, max_running_requests};
 
 /// SGLang's `CLIP_MAX_NEW_TOKENS`: the most output tokens admission reserves per request.
 pub const CLIP_MAX_NEW_TOKENS: u32 = 4096;
@@ -118,14 +119,6 @@ pub const SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT: f64 = 30.0;
 /// speculation it runs no rejection sampler.
 pub const V2_SAMPLER_PROFILE_BYTES_PER_LOGIT: f64 = 2.0;
 
-/// vLLM's token budget, the profile run's forward among its steps: `max_num_batched_tokens`,
-/// the file's or vLLM's default for the GPU.
-pub(crate) fn batched_tokens(exp: &Experiment, profile: &HardwareProfile) -> u32 {
-    exp.engine
-        .max_num_batched_tokens
-        .unwrap_or_else(|| default_max_num_batched_tokens(profile))
-}
-
 /// The fused-MoE workspace vLLM keeps after its profile run: the modular kernel draws its
 /// buffers from the process-wide workspace manager (`current_workspace_manager()
 /// .get_simultaneous` in `FusedMoEKernel._allocate_buffers`, vllm-project/vllm#27532), which
@@ -149,17 +142,6 @@ pub fn vllm_moe_workspace_bytes(exp: &Experiment, profile: &HardwareProfile) -> 
     (first + second) * 2.0
 }
 
-/// `vllm serve`'s default token budget: 16384 on GPUs of 160 GiB or more (B200, B300),
-/// 8192 from 70 GiB (H100, H200, the RTX PRO 6000), else 2048
-/// (`EngineArgs.get_batch_defaults`, vLLM 0.32).
-fn default_max_num_batched_tokens(profile: &HardwareProfile) -> u32 {
-    match profile.gpu.memory_gib.value {
-        m if m >= 160.0 => 16384,
-        m if m >= 70.0 => 8192,
-        _ => 2048,
-    }
-}
-
 /// The part of vLLM's profile-run peak that its sampler sets: the dummy batch has
 /// `min(max_num_seqs, max_num_batched_tokens)` requests, each with one row of logits over the
 /// whole vocabulary on every rank (the logits are all-gathered), and the sampler holds
@@ -173,7 +155,7 @@ pub fn vllm_sampler_profile_bytes(
     profile: &HardwareProfile,
     runner: ModelRunner,
 ) -> f64 {
-    let rows = exp.max_running_requests.min(batched_tokens(exp, profile)) as f64;
+    let rows = max_running_requests(exp, profile).min(batched_tokens(exp, profile)) as f64;
     let per_logit = match runner {
         ModelRunner::V2 => V2_SAMPLER_PROFILE_BYTES_PER_LOGIT,
         ModelRunner::V1 if exp.speculative.is_speculative() => SPEC_SAMPLER_PROFILE_BYTES_PER_LOGIT,
@@ -298,12 +280,13 @@ pub fn kv_pool(
             } else {
                 String::new()
             },
-            held_back_levers(exp, sampler_profile_bytes, moe_workspace_bytes)
+            held_back_levers(exp, profile, sampler_profile_bytes, moe_workspace_bytes)
         )));
     }
     if exp.engine.kind == ServingEngineKind::Vllm {
         check_vllm_max_model_len(
             exp,
+            profile,
             mf,
             pool_bytes,
             target + draft,
@@ -359,6 +342,7 @@ pub fn kv_pool(
 /// being the model's whole context; SGLang instead caps what it admits to its pool.
 fn check_vllm_max_model_len(
     exp: &Experiment,
+    profile: &HardwareProfile,
     mf: f64,
     pool_bytes: f64,
     bytes_per_token: u64,
@@ -383,7 +367,7 @@ fn check_vllm_max_model_len(
     } else {
         format!("the longest request here needs {needed} tokens, more than fit: raise mem_fraction_static (--gpu-memory-utilization) or tp_size, or use kv_cache_dtype = \"fp8_e4m3\"")
     };
-    let levers = held_back_levers(exp, sampler_profile_bytes, moe_workspace_bytes);
+    let levers = held_back_levers(exp, profile, sampler_profile_bytes, moe_workspace_bytes);
     Err(SimError::DoesNotFit(format!(
         "{}: vLLM would not start: one request of max_model_len {len} ({whose}) needs {:.1} GiB of KV cache per GPU, and {:.1} GiB is left at gpu_memory_utilization {mf}; the longest that fits is {fits} tokens: {fix}{levers}",
         exp.path.display(),
@@ -397,6 +381,7 @@ fn check_vllm_max_model_len(
 /// half a GiB or more, with its size.
 fn held_back_levers(
     exp: &Experiment,
+    profile: &HardwareProfile,
     sampler_profile_bytes: f64,
     moe_workspace_bytes: f64,
 ) -> String {
@@ -404,7 +389,7 @@ fn held_back_levers(
     if sampler_profile_bytes >= 0.5 * GIB {
         levers.push(format!(
             "lower server.max_running_requests (vLLM's --max-num-seqs, now {}): its profile-run sampler takes {:.1} GiB",
-            exp.max_running_requests,
+            max_running_requests(exp, profile),
             sampler_profile_bytes / GIB
         ));
     }

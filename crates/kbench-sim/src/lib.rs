@@ -5,6 +5,7 @@
 //! - [`optable`]: measured operator tables, interpolated; [`pricer`]: one operator's price.
 //! - [`cost`]: passes and rounds priced, with breakdowns ([`cost::CostModel::explain_round`]).
 //! - [`memory`]: whether the weights fit the GPUs at the experiment's tp_size.
+//! - [`vllm_defaults`]: the batch limits `vllm serve` takes by GPU where the file is silent.
 //! - [`sim`]: [`SimBackend`], the `sim` backend (continuous batching in virtual time).
 //! - [`acceptance`]: acceptance models usable without a trace.
 //! - [`predict`]: run an experiment's levels and read C=1 / saturation throughput.
@@ -34,6 +35,7 @@ pub mod pricer;
 pub mod profile;
 mod sched;
 pub mod sim;
+pub mod vllm_defaults;
 
 pub use cost::{CostModel, PassBreakdown, PassKind, RoundBreakdown, VllmStep};
 pub use deployment::check_deployment;

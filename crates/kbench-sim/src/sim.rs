@@ -87,7 +87,8 @@ impl SimBackend {
             e => e,
         };
         let kv = crate::kv::kv_pool(exp, &profile, engine.memory.model_runner)?;
-        let max_num_batched_tokens = crate::kv::batched_tokens(exp, &profile);
+        let max_num_batched_tokens = crate::vllm_defaults::batched_tokens(exp, &profile);
+        let max_running = crate::vllm_defaults::max_running_requests(exp, &profile);
         kv.check_fits(exp)?;
         let client = crate::client::SimSettings::of(exp)?;
         let tables_home = crate::presets::tables_measured_on(&profile)?;
@@ -122,7 +123,7 @@ impl SimBackend {
             } else {
                 None
             },
-            max_running: exp.max_running_requests,
+            max_running,
             name: exp.file.name.clone(),
             client_to_scheduler_ns: client.client_to_scheduler_ns(),
             client_send_interval_ns: client.client_send_interval_ns(),
@@ -205,6 +206,10 @@ impl Backend for SimBackend {
                 ),
             })
             .collect()
+    }
+
+    fn max_running_requests(&self) -> Option<u32> {
+        Some(self.max_running)
     }
 
     fn describe(&self) -> String {

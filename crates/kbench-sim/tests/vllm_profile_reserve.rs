@@ -1,5 +1,5 @@
 //! vLLM's KV cache is what its profile run leaves: the sampler pass that closes it holds
-//! 14 bytes per logit of one row per dummy request, 26 with a rejection sampler, and the
+//! 14 bytes per logit of one row per dummy request, 30 with a rejection sampler, and the
 //! fused-MoE workspace its forward takes is kept; kbench deducts both from the pool
 //! (docs/cost-model.md, "What vLLM's profile run holds back").
 
