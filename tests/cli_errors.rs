@@ -127,6 +127,8 @@ fn run_with_trace(trace_bytes: Option<Vec<u8>>) -> String {
         !dir.path().join("out.json").exists(),
         "a failed run left a report"
     );
+    // a missing trace is named where it was looked for, which is the temporary folder
+    let stderr = stderr.replace(dir.path().to_str().unwrap(), "[DIR]");
     format!("exit code: {code}\nstdout:\n{stdout}stderr:\n{stderr}")
 }
 
@@ -257,6 +259,46 @@ fn bad_request_rates_are_named() {
             args.push(s);
         }
         out.push_str(&format!("## {label}\n{}\n", run_file(SPEC, &args)));
+    }
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn levels_listed_twice_and_a_cap_with_nothing_to_cap_are_refused() {
+    let mut out = String::new();
+    for (label, set) in [
+        ("concurrency twice", "benchmark.concurrency=[1, 4, 1]"),
+        ("rate twice", "benchmark.request_rate=[2.0, 2.0]"),
+        ("cap without rates", "benchmark.max_concurrency=4"),
+    ] {
+        out.push_str(&format!(
+            "## {label}\n{}\n",
+            run_file(SPEC, &["--set", set])
+        ));
+    }
+    insta::assert_snapshot!(out);
+}
+
+/// What a sweep variant's own `set` breaks is told with the variant's name and where it is.
+#[test]
+fn a_variant_that_breaks_the_file_is_named() {
+    let sweep = |variants: &str| format!("{SPEC}\n[sweep]\n{variants}");
+    let mut out = String::new();
+    for (label, variants) in [
+        (
+            "unknown key",
+            "[[sweep.variants]]\nname = \"deep\"\nset = { \"speculative.num_stesp\" = 3 }\n",
+        ),
+        (
+            "wrong type",
+            "[[sweep.variants]]\nname = \"deep\"\nset = { \"speculative.num_steps\" = \"three\" }\n",
+        ),
+        (
+            "one name twice",
+            "[[sweep.variants]]\nname = \"a\"\nset = {}\n[[sweep.variants]]\nname = \"a\"\nset = {}\n",
+        ),
+    ] {
+        out.push_str(&format!("## {label}\n{}\n", run_file(&sweep(variants), &[])));
     }
     insta::assert_snapshot!(out);
 }

@@ -85,17 +85,22 @@ pub struct SearchArgs {
     #[arg(long)]
     pub pareto: bool,
     /// Rows of the ranked table.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub top: Option<usize>,
     /// Run spaces larger than the default limit of 5000 candidates.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_candidates: Option<usize>,
     /// Also run configurations SGLang refuses that the simulator can model (v2 with
     /// trees), marked as unsupported.
     #[arg(long)]
     pub allow_unsupported: bool,
     /// Worker threads (default: one per core); the result is the same for any number.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
     pub threads: usize,
     /// Override a field of the base experiment (repeatable), as `kbench experiment --set`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -154,12 +159,7 @@ pub struct SglangArgsArgs {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Checkpoint directory the engine serves (SGLang: --model-path).
-    #[arg(
-        long,
-        visible_alias = "model-path",
-        conflicts_with = "sim",
-        required_unless_present = "sim"
-    )]
+    #[arg(long, visible_alias = "model-path", conflicts_with = "sim")]
     pub model: Option<PathBuf>,
     /// EAGLE-3 draft checkpoint (default MODEL/draft when speculating).
     #[arg(
@@ -172,7 +172,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub sim: Option<PathBuf>,
     /// --sim: virtual seconds per wall second (the modelled deployment played X times faster).
-    #[arg(long, requires = "sim")]
+    #[arg(long, requires = "sim", allow_negative_numbers = true)]
     pub speed: Option<f64>,
     /// --sim: override an experiment field (repeatable), as `kbench experiment --set`.
     #[arg(long = "set", value_name = "KEY=VALUE", requires = "sim")]
@@ -278,10 +278,10 @@ pub struct ExperimentArgs {
     pub concurrency: Vec<i64>,
     /// Request-rate levels (requests/s, or inf), replacing the file's; alone, they replace its
     /// concurrency levels too (as `vllm bench serve --request-rate`).
-    #[arg(long, num_args = 1.., value_name = "RATE")]
+    #[arg(long, num_args = 1.., value_name = "RATE", allow_negative_numbers = true)]
     pub request_rate: Vec<String>,
     /// Gamma shape of the inter-arrival gaps at rate levels (1 = Poisson).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub burstiness: Option<f64>,
     /// At rate levels, at most this many requests in flight.
     #[arg(long, allow_negative_numbers = true)]
@@ -358,22 +358,23 @@ pub struct TraceSynthArgs {
     #[arg(long)]
     pub params: Option<PathBuf>,
     /// Per-depth top-1 acceptance rates, e.g. 0.75,0.73,0.72 (sets the recorded depth).
-    #[arg(long, value_delimiter = ',')]
+    // a list whose first rate is negative does not look like one number to clap
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     pub accept: Vec<f64>,
     /// Probability a position keeps its easy/hard regime (0 = independent positions).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub stickiness: Option<f64>,
     /// How far apart the easy and hard regimes are (0..1).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub contrast: Option<f64>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub sequences: Option<u32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub positions: Option<u32>,
     /// Recorded top-K per depth.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub topk: Option<u32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// What the rates are calibrated to (stored in the header).
     #[arg(long)]
@@ -403,11 +404,9 @@ pub struct TraceConvertArgs {
 #[derive(Debug, Args)]
 pub struct TraceRecordArgs {
     /// Record from the engine's own draft: the checkpoint directory.
-    #[arg(
-        long,
-        required_unless_present = "experiment",
-        conflicts_with = "experiment"
-    )]
+    // one of --model and --experiment is required: checked by the command, whose message
+    // names both ways, where clap's would name --model alone
+    #[arg(long, conflicts_with = "experiment")]
     pub model: Option<PathBuf>,
     /// Record from a live server's verify rounds instead: run this experiment file's levels
     /// on the http backend (a chain server gives exact accept/miss up to its num_steps; a
@@ -423,18 +422,18 @@ pub struct TraceRecordArgs {
     #[arg(long)]
     pub draft: Option<PathBuf>,
     /// Number of prompts (deterministic random token prompts) to record.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true)]
     pub prompts: u32,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true)]
     pub prompt_len: u32,
     /// Target tokens generated per prompt (positions recorded).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
     pub max_tokens: u32,
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true)]
     pub depth: u32,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, allow_negative_numbers = true)]
     pub topk: u32,
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub seed: u64,
     #[arg(long, short)]
     pub out: PathBuf,
@@ -488,12 +487,12 @@ pub struct ModelInitArgs {
     /// tiny (milliseconds per token on a CPU) or kimi-slice (full Kimi-K2.5 width).
     #[arg(long)]
     pub preset: String,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub layers: Option<u32>,
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub seed: u64,
     /// How often the draft agrees with the target: 0.0 (unrelated) to 1.0 (almost always).
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     pub draft_quality: f32,
     #[arg(long)]
     pub out: PathBuf,
@@ -515,7 +514,7 @@ pub struct GenerateArgs {
     pub prompt: String,
     #[arg(long, default_value_t = 32)]
     pub max_tokens: u32,
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

@@ -1,6 +1,7 @@
 //! `kbench calibrate-passes`: a GPU's measured per-pass layer times (scripts/gpu-check.sh's
 //! profile.toml) beside the cost model's, and `efficiency.in_model` fitted to them.
 
+use std::io::Write;
 use std::path::Path;
 
 use kbench_sim::passes::{calibrate_passes, write_calibrated_profile};
@@ -24,7 +25,7 @@ pub fn run(a: CalibratePassesArgs) -> CliResult<()> {
     // The comparison is shown and saved whether or not the profile can be written, so a fit
     // the profile refuses still leaves the table that explains why.
     if !a.quiet {
-        print!("{report}");
+        write!(super::output::stdout(), "{report}").map_err(super::output::stdout_error)?;
     }
     let written = match &a.out {
         Some(out) => write_calibrated_profile(&mut report, &base, out),
@@ -35,7 +36,7 @@ pub fn run(a: CalibratePassesArgs) -> CliResult<()> {
     }
     written.map_err(sim_error)?;
     if let (Some(out), false) = (&report.out_profile, a.quiet) {
-        println!("  wrote {out}");
+        super::output::outln!("  wrote {out}")?;
     }
     Ok(())
 }

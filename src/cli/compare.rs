@@ -37,8 +37,7 @@ pub fn run(args: CompareArgs) -> CliResult<()> {
             "compare needs two or more reports (these files hold one)",
         ));
     }
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = super::output::stdout();
     render::compare::write_comparison(&mut out, &reports, &labels)
         .and_then(|()| render::assumptions::write_assumptions(&mut out, &reports))
         .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;

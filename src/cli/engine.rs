@@ -77,12 +77,12 @@ fn model_init(a: ModelInitArgs) -> CliResult<()> {
     }
     kbench_engine::init_model(preset, a.layers, a.seed, a.draft_quality, &a.out)
         .map_err(|e| CliError::from_error(&e))?;
-    println!(
+    super::output::outln!(
         "wrote {} model to {} (draft in {})",
         a.preset,
         a.out.display(),
         a.out.join("draft").display()
-    );
+    )?;
     Ok(())
 }
 
@@ -136,6 +136,15 @@ pub fn generate(a: GenerateArgs) -> CliResult<()> {
             "--max-tokens 0 generates nothing",
         ));
     }
+    if !(a.temperature.is_finite() && a.temperature >= 0.0) {
+        return Err(CliError::new(
+            exit::USAGE,
+            format!(
+                "--temperature {}: must be 0 (greedy) or above, as in SGLang's and vLLM's sampling parameters",
+                a.temperature
+            ),
+        ));
+    }
     let speculative = a.draft.is_some()
         || a.num_steps.is_some()
         || a.eagle_topk.is_some()
@@ -158,15 +167,39 @@ pub fn generate(a: GenerateArgs) -> CliResult<()> {
         seed: a.seed,
         spec,
     };
+    let model = kbench_engine::generate::load(&a.model, a.draft.as_deref(), speculative)
+        .map_err(engine_err)?;
+    let prompt = kbench_engine::generate::encode_prompt(&model, &a.prompt).map_err(engine_err)?;
+    if let Some(unknown) = &prompt.unknown {
+        eprintln!("warning: {unknown}");
+    }
+    // The flag asked for more than the model holds: a usage error, as `experiment
+    // --max-tokens` refuses it, before a run that would not end.
+    kbench_engine::generate::check_context(&model, prompt.ids.len(), opts.max_tokens).map_err(
+        |e| {
+            let room = model
+                .target
+                .arch
+                .max_position_embeddings
+                .saturating_sub(prompt.ids.len() as u64);
+            CliError::new(
+                exit::USAGE,
+                format!(
+                    "--max-tokens {}: {e}\n  fix: lower --max-tokens to {room} or less, or shorten the prompt",
+                    a.max_tokens
+                ),
+            )
+        },
+    )?;
     let result =
-        kbench_engine::generate(&a.model, a.draft.as_deref(), &opts).map_err(engine_err)?;
+        kbench_engine::generate::generate_prompt(&model, prompt.ids, &opts).map_err(engine_err)?;
     if a.json {
-        println!(
+        super::output::outln!(
             "{}",
             serde_json::to_string_pretty(&result).expect("result serializes")
-        );
+        )?;
     } else {
-        println!("{}", result.text);
+        super::output::outln!("{}", result.text)?;
         let accept = result
             .accept_length
             .map(|x| format!(", accept length {x:.2}"))
@@ -216,14 +249,14 @@ pub fn record_trace(a: TraceRecordArgs) -> CliResult<()> {
     let t = kbench_engine::record_trace(&model, &prompts, &opts).map_err(engine_err)?;
     ktrace::write(&t, &a.out, TraceForm::from_path(&a.out))
         .map_err(|e| CliError::from_error(&e))?;
-    println!(
+    super::output::outln!(
         "recorded {} sequences x {} positions (depth {}, top-{}) to {}",
         t.sequences.len(),
         a.max_tokens,
         a.depth,
         a.topk,
         a.out.display()
-    );
+    )?;
     Ok(())
 }
 
@@ -245,7 +278,7 @@ pub fn kernels_command(cmd: KernelsCommand) -> CliResult<()> {
         ));
     }
     match kbench_cuda::nvrtc_info() {
-        Ok(info) => println!("{info}"),
+        Ok(info) => super::output::outln!("{info}")?,
         Err(why) => {
             return Err(CliError::new(
                 exit::CHECK_FAILED,
@@ -256,24 +289,24 @@ pub fn kernels_command(cmd: KernelsCommand) -> CliResult<()> {
     let results = kbench_cuda::check_kernels(&archs);
     let mut failed = 0;
     for r in &results {
-        println!(
+        super::output::outln!(
             "{:<8} {:<20} {:<4} {:>8.1} ms",
             r.arch,
             r.file,
             if r.ok { "ok" } else { "FAIL" },
             r.millis
-        );
+        )?;
         if !r.ok {
             failed += 1;
             for line in r.log.lines() {
-                println!("    {line}");
+                super::output::outln!("    {line}")?;
             }
         }
     }
-    println!(
+    super::output::outln!(
         "{} kernels compiled, {failed} failed",
         results.len() - failed
-    );
+    )?;
     if failed > 0 {
         return Err(CliError::new(
             exit::CHECK_FAILED,

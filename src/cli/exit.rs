@@ -1,5 +1,7 @@
 //! Process exit codes, one per kind of failure, so scripts can tell them apart.
 
+/// Also when stdout's reader stopped early (`| head`): a closed pipe is not a failure
+/// (`output::stdout`).
 pub const OK: i32 = 0;
 /// Something failed that has no more specific code.
 pub const FAILURE: i32 = 1;

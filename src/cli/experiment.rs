@@ -41,8 +41,7 @@ pub fn run(args: ExperimentArgs) -> CliResult<()> {
             Err(e) => return Err(e.prefixed("--predict")),
         }
     }
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = super::output::stdout();
     if !args.quiet {
         for report in &reports {
             render::table::write_report(&mut out, report, args.wide)
@@ -160,9 +159,9 @@ pub fn launch_args(
     }
     for (name, line) in lines {
         if let Some(name) = name {
-            println!("# variant {name}");
+            super::output::outln!("# variant {name}")?;
         }
-        println!("{line}");
+        super::output::outln!("{line}")?;
     }
     if engine == kbench_core::experiment::ServingEngineKind::Vllm {
         for key in sglang_only_server_keys(&variants) {
@@ -267,7 +266,11 @@ fn run_labelled_file(
 /// it stopped.
 fn run_variant(variant: &Variant, quiet: bool) -> CliResult<(Option<Report>, Option<CliError>)> {
     let exp = &variant.experiment;
-    let mut backend = make_backend(exp)?;
+    // in a sweep, say which variant a deployment that cannot start belongs to
+    let mut backend = make_backend(exp).map_err(|e| match &variant.name {
+        Some(name) => CliError::new(e.code, format!("sweep variant `{name}`: {}", e.message)),
+        None => e,
+    })?;
     if !quiet {
         backend.set_notice(Box::new(|what| eprintln!("{what}")));
     }
@@ -445,8 +448,7 @@ pub fn validate(args: ValidateArgs) -> CliResult<()> {
     for v in &variants {
         super::backends::check_backend(&v.experiment).map_err(|e| in_variant(v, e))?;
     }
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = super::output::stdout();
     for v in &variants {
         let e = &v.experiment;
         let name = match &v.name {

@@ -37,8 +37,7 @@ pub fn run(args: FidelityArgs) -> CliResult<()> {
         .map(|f| load_corpus(f).map_err(sim_error))
         .collect::<CliResult<Vec<_>>>()?;
     let report = run_corpus(&corpora);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = super::output::stdout();
     render::fidelity::write_fidelity(&mut out, &report)
         .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
     out.flush().ok();

@@ -46,8 +46,7 @@ pub fn run(args: SearchArgs) -> CliResult<()> {
     let report =
         kbench_search::report::build(&prepared, &evaluated).map_err(|e| search_error(&e))?;
     if !args.quiet {
-        let stdout = std::io::stdout();
-        let mut out = stdout.lock();
+        let mut out = super::output::stdout();
         render::search::write_search(&mut out, &report, prepared.settings.top, args.pareto)
             .map_err(|e| io_error(exit::OUTPUT, "writing to stdout", e))?;
         out.flush().ok();

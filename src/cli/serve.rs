@@ -53,7 +53,28 @@ fn speculating(a: &ServeArgs) -> CliResult<Option<Option<Algorithm>>> {
     }
 }
 
+/// Neither source given. Checked here rather than by clap, whose message for a required
+/// flag names only one of the two.
+fn no_source() -> CliError {
+    usage(
+        "kbench serve needs something to serve: --model DIR (the engine on a checkpoint, such \
+         as one made by `kbench model init --preset tiny --out DIR`) or --sim FILE (an \
+         experiment file's modelled deployment, such as experiments/topk1_v2.toml)",
+    )
+}
+
 pub fn run(a: ServeArgs) -> CliResult<()> {
+    if a.model.is_none() && a.sim.is_none() {
+        return Err(no_source());
+    }
+    // As `--set server.max_running_requests=0` is refused: a batch cap of 0 serves nothing,
+    // and raising it silently would serve a deployment other than the one asked for.
+    if a.max_running_requests == Some(0) {
+        return Err(usage(
+            "--max-running-requests 0: max_running_requests must be at least 1\n  fix: give 1 or \
+             more, or leave it out for the default",
+        ));
+    }
     let limits = Limits {
         max_body_bytes: a.max_body_bytes.max(1),
         read_timeout: seconds("read-timeout-secs", a.read_timeout_secs)?,
@@ -112,10 +133,9 @@ fn describe(info: &Value) -> String {
 }
 
 fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<ServeConfig> {
-    let model_dir = a
-        .model
-        .clone()
-        .expect("clap requires --model without --sim");
+    let Some(model_dir) = a.model.clone() else {
+        return Err(no_source());
+    };
     let config_path = model_dir.join("config.json");
     if !config_path.exists() {
         return Err(invalid(format!(
@@ -189,8 +209,7 @@ fn engine_config(a: &ServeArgs, limits: Limits, faults: Faults) -> CliResult<Ser
     };
     let max_running = a
         .max_running_requests
-        .unwrap_or(if spec.is_some() { 48 } else { 256 })
-        .max(1);
+        .unwrap_or(if spec.is_some() { 48 } else { 256 });
     let context_length = a
         .context_length
         .unwrap_or(arch.max_position_embeddings as usize);

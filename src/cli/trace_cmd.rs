@@ -11,12 +11,25 @@ use super::exit;
 
 pub fn run(cmd: TraceCommand) -> CliResult<()> {
     match cmd {
-        TraceCommand::Synth(a) => synth(a),
+        TraceCommand::Synth(a) => {
+            super::output::check_output_paths([&a.out])?;
+            synth(a)
+        }
         TraceCommand::Stats(a) => stats(a),
-        TraceCommand::Convert(a) => convert(a),
+        TraceCommand::Convert(a) => {
+            super::output::check_output_paths([&a.output])?;
+            convert(a)
+        }
         // a recording runs minutes against a server or the engine: where it goes is
         // checked first
         TraceCommand::Record(a) => {
+            if a.model.is_none() && a.experiment.is_none() {
+                return Err(CliError::new(
+                    exit::USAGE,
+                    "trace record needs a source: --model DIR to record from the engine's own \
+                     draft, or --experiment FILE to record a live server's verify rounds",
+                ));
+            }
             super::output::check_output_paths([&a.out])?;
             if a.experiment.is_some() {
                 record_live(a)
@@ -94,7 +107,7 @@ fn synth(a: TraceSynthArgs) -> CliResult<()> {
     let shape = TreeShape::new(3.min(p.depth), 1, 3.min(p.depth) + 1)
         .map_err(|e| CliError::from_error(&e))?;
     let al = trace::accept_length(&t, &shape).map_err(|e| CliError::from_error(&e))?;
-    println!(
+    super::output::outln!(
         "wrote {} ({} sequences x {} positions, depth {}, top-{}); accept length at ({}, 1, {}): {:.3}",
         a.out.display(),
         p.sequences,
@@ -104,7 +117,7 @@ fn synth(a: TraceSynthArgs) -> CliResult<()> {
         shape.num_steps,
         shape.num_draft_tokens,
         al.per_round
-    );
+    )?;
     Ok(())
 }
 
@@ -133,8 +146,7 @@ fn stats(a: TraceStatsArgs) -> CliResult<()> {
     };
     let s = trace::stats(&t, &shapes)
         .map_err(|e| CliError::from_error(&e).prefixed(a.file.display()))?;
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = super::output::stdout();
     let result = if a.json {
         writeln!(
             out,
@@ -191,13 +203,13 @@ pub fn write_stats(out: &mut dyn Write, name: &str, s: &TraceStats) -> std::io::
 fn convert(a: TraceConvertArgs) -> CliResult<()> {
     let form = TraceForm::from_path(&a.output);
     let t = trace::convert(&a.input, &a.output, form).map_err(|e| CliError::from_error(&e))?;
-    println!(
+    super::output::outln!(
         "converted {} -> {} ({:?}, {} sequences)",
         a.input.display(),
         a.output.display(),
         form,
         t.sequences.len()
-    );
+    )?;
     Ok(())
 }
 
@@ -317,7 +329,7 @@ fn record_live(a: super::args::TraceRecordArgs) -> CliResult<()> {
         .flat_map(|r| &r.round_commits)
         .map(|&c| c as u64)
         .sum();
-    println!(
+    super::output::outln!(
         "recorded {} requests, {} verify rounds (accept length {:.3}) from a {} server ({}, {}, {}) to {}{}",
         requests.len(),
         rounds,
@@ -335,6 +347,6 @@ fn record_live(a: super::args::TraceRecordArgs) -> CliResult<()> {
         } else {
             String::new()
         }
-    );
+    )?;
     Ok(())
 }

@@ -97,9 +97,21 @@ impl TreeShape {
     }
 }
 
+/// As the reasons in [`TreeError::Shape`] name the fields, so a message reads the same
+/// whether the shape came from a file, `--config 3/1/4` or SGLang's flags.
+impl std::fmt::Display for TreeShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "num_steps {}, topk {}, num_draft_tokens {}",
+            self.num_steps, self.topk, self.num_draft_tokens
+        )
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TreeError {
-    #[error("tree shape {shape:?} is invalid: {reason}")]
+    #[error("tree shape ({shape}) is invalid: {reason}")]
     Shape { shape: TreeShape, reason: String },
     #[error("draft step {step}: expected {expected} (token, prob) pairs, got {got}")]
     WrongCount {
@@ -549,4 +561,21 @@ where
         b.expand(&lists)?;
     }
     Ok(b.finish()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message reaches users (`trace stats --config`, engine settings): it names the
+    /// fields, never the struct's Debug form.
+    #[test]
+    fn an_invalid_shape_is_named_by_its_fields() {
+        let err = TreeShape::new(3, 1, 9).unwrap_err().to_string();
+        assert!(
+            err.starts_with("tree shape (num_steps 3, topk 1, num_draft_tokens 9) is invalid: "),
+            "{err}"
+        );
+        assert!(!err.contains("TreeShape"), "{err}");
+    }
 }

@@ -53,6 +53,33 @@ pub enum EngineError {
     Cuda(#[source] kbench_cuda::CudaError),
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A draft directory whose config.json is not an EAGLE-3 head's: most often the target's
+    /// own folder given as the draft, which would otherwise be reported as the first draft
+    /// field its config lacks.
+    #[error(
+        "{dir} is not an EAGLE-3 draft checkpoint: expected the config.json of an EAGLE-3 head \
+         (architectures [\"LlamaForCausalLMEagle3\"], with hidden_size, num_attention_heads and \
+         intermediate_size at its top level), found {found}"
+    )]
+    NotADraft {
+        dir: PathBuf,
+        found: String,
+        #[source]
+        source: kbench_core::arch::ArchError,
+    },
+    /// Positions past max_position_embeddings are beyond what the model was trained on, and
+    /// such a run does not end in any useful time on the CPU path: refused before generating,
+    /// as SGLang refuses prompt + max_new_tokens beyond its context length.
+    #[error(
+        "the prompt's {prompt_tokens} tokens + max_tokens {max_tokens} need {} positions, beyond \
+         the model's maximum context of {context} tokens (max_position_embeddings)",
+        *.prompt_tokens as u64 + *.max_tokens as u64
+    )]
+    ContextLength {
+        prompt_tokens: usize,
+        max_tokens: usize,
+        context: u64,
+    },
     #[error(transparent)]
     Tree(#[from] kbench_core::tree::TreeError),
     #[error(transparent)]

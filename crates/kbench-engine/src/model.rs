@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use kbench_core::arch::{DraftArch, ModelArch};
+use kbench_core::arch::{ArchError, DraftArch, ModelArch};
+use serde_json::Value;
 
 use crate::cpu::Models;
 use crate::device::Device;
@@ -30,7 +31,7 @@ impl Model {
         let mut target = Target::load(&arch, &ws)?;
         let draft = match draft_dir {
             Some(dd) => {
-                let darch = DraftArch::from_config_file(&dd.join("config.json"), &arch)?;
+                let darch = draft_arch(dd, &arch)?;
                 let dws = WeightStore::open(dd)?;
                 let d = Draft::load(&darch, &dws, &target)?;
                 target.capture_layers = darch.capture_layers.iter().map(|&l| l as usize).collect();
@@ -76,4 +77,52 @@ pub fn load_tokenizer(path: &Path) -> Result<tokenizers::Tokenizer> {
     }
     tokenizers::Tokenizer::from_file(path)
         .map_err(|e| EngineError::Tokenizer(format!("{}: {e}", path.display())))
+}
+
+/// The EAGLE-3 head's architecture from `draft_dir/config.json`. A config without a head's
+/// fields is reported as not a draft, with what it is instead (often the target's own
+/// config, its folder given as the draft by mistake), keeping the missing field as the cause.
+pub(crate) fn draft_arch(draft_dir: &Path, target: &ModelArch) -> Result<DraftArch> {
+    let path = draft_dir.join("config.json");
+    DraftArch::from_config_file(&path, target).map_err(|source| match source {
+        ArchError::Field { .. } => EngineError::NotADraft {
+            dir: draft_dir.to_path_buf(),
+            found: describe_config(&path),
+            source,
+        },
+        other => other.into(),
+    })
+}
+
+/// What a config.json that is not a draft's holds, in a few words.
+fn describe_config(path: &Path) -> String {
+    let Some(v) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+    else {
+        return "a config.json it could not read again".into();
+    };
+    let architectures = v
+        .get("architectures")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>())
+        .filter(|a| !a.is_empty())
+        .map(|a| format!("architectures {a:?}"));
+    let model_type = v
+        .get("model_type")
+        .and_then(Value::as_str)
+        .map(|t| format!("model_type `{t}`"));
+    let what = match (architectures, model_type) {
+        (Some(a), Some(t)) => format!("{a}, {t}"),
+        (Some(x), None) | (None, Some(x)) => x,
+        (None, None) => "no architectures or model_type".into(),
+    };
+    match ModelArch::from_config_value(&v, path) {
+        Ok(arch) => format!(
+            "a target model's config ({what}, {} layers); give the draft head's own folder \
+             (`kbench model init` writes it in MODEL/draft)",
+            arch.num_layers
+        ),
+        Err(_) => format!("a config with {what}"),
+    }
 }

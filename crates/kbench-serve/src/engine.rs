@@ -79,6 +79,12 @@ pub fn max_prompt_for(probe: PrefillProbe, budget: Duration, context: usize) -> 
 /// Starts the worker thread. The model loads on it (a GPU context stays on the thread that
 /// made it); a loading error is returned here, before anything is served.
 pub fn spawn(how: EngineLoad) -> Result<EngineReady, ServeError> {
+    // The batcher would raise 0 to 1, serving another cap than the one reported.
+    if how.max_running == 0 {
+        return Err(ServeError::Config(
+            "max_running_requests must be at least 1".into(),
+        ));
+    }
     let (tx, rx) = mpsc::channel();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<Bound, EngineError>>();
     let load = Arc::new(Load::default());

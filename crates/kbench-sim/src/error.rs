@@ -75,6 +75,14 @@ pub enum SimError {
     Calibration(String),
     #[error("{experiment}: the sim backend replays an acceptance trace for speculative decoding: set [workload] trace = \"...\" (see traces/)")]
     NoTrace { experiment: PathBuf },
+    /// The file names a trace that is not there; a copied experiment file most often meets
+    /// this, its relative path now read from another folder.
+    #[error("{experiment}: workload.trace `{written}` does not exist: looked for {looked_at} (a relative path is read from the experiment file's folder)")]
+    TraceNotFound {
+        experiment: PathBuf,
+        written: String,
+        looked_at: PathBuf,
+    },
     /// The trace could not be read (the error names the file).
     #[error(transparent)]
     TraceRead(kbench_core::trace::TraceError),

@@ -365,7 +365,10 @@ fn check_vllm_max_model_len(
     let fix = if fits >= needed {
         format!("set server.max_model_len (vLLM's --max-model-len) to {fits} or less (the longest request here needs {needed}), or raise mem_fraction_static (--gpu-memory-utilization) or tp_size")
     } else {
-        format!("the longest request here needs {needed} tokens, more than fit: raise mem_fraction_static (--gpu-memory-utilization) or tp_size, or use kv_cache_dtype = \"fp8_e4m3\"")
+        format!(
+            "the longest request here needs {needed} tokens, more than fit: raise mem_fraction_static (--gpu-memory-utilization) or tp_size{}",
+            fp8_kv_lever(exp).map(|l| format!(", or use {l}")).unwrap_or_default()
+        )
     };
     let levers = held_back_levers(exp, profile, sampler_profile_bytes, moe_workspace_bytes);
     Err(SimError::DoesNotFit(format!(
@@ -374,6 +377,14 @@ fn check_vllm_max_model_len(
         (len * bytes_per_token) as f64 / GIB,
         pool_bytes / GIB,
     )))
+}
+
+/// An FP8 KV cache halves a token's bytes: a lever only where the cache is not FP8 already.
+fn fp8_kv_lever(exp: &Experiment) -> Option<&'static str> {
+    match exp.kv.kv_cache_dtype {
+        KvCacheDtype::Bf16 => Some("kv_cache_dtype = \"fp8_e4m3\""),
+        KvCacheDtype::Fp8E4m3 | KvCacheDtype::Fp8E5m2 => None,
+    }
 }
 
 /// What shrinks what vLLM's profile run holds back, for a refusal (levers a user may not think
@@ -445,11 +456,12 @@ impl KvPool {
             )
         };
         Err(SimError::DoesNotFit(format!(
-            "{}: one request does not fit the KV cache: the longest needs {need} tokens ({longest} of prompt + max_tokens {} + {} for a decode step), the pool holds {} ({sized}); use kv_cache_dtype = \"fp8_e4m3\", a larger mem_fraction_static or tp_size, or a shorter context",
+            "{}: one request does not fit the KV cache: the longest needs {need} tokens ({longest} of prompt + max_tokens {} + {} for a decode step), the pool holds {} ({sized}); use {}a larger mem_fraction_static or tp_size, or a shorter context",
             exp.path.display(),
             exp.max_tokens,
             self.decode_slots_per_request,
             self.tokens,
+            fp8_kv_lever(exp).map(|l| format!("{l}, ")).unwrap_or_default(),
         )))
     }
 

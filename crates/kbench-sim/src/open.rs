@@ -41,6 +41,13 @@ pub fn acceptance_for(exp: &Experiment) -> Result<Option<Arc<dyn AcceptanceModel
     let path = exp.trace.as_ref().ok_or_else(|| SimError::NoTrace {
         experiment: exp.path.clone(),
     })?;
+    if !path.exists() {
+        return Err(SimError::TraceNotFound {
+            experiment: exp.path.clone(),
+            written: exp.file.workload.trace.clone().unwrap_or_default(),
+            looked_at: std::path::absolute(path).unwrap_or_else(|_| path.clone()),
+        });
+    }
     let t = trace::read(path).map_err(SimError::TraceRead)?;
     let acceptance = TraceAcceptance::for_spec(Arc::new(t), exp.file.seed, &exp.speculative)
         .map_err(|source| SimError::TraceReplay {

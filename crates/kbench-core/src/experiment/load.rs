@@ -190,6 +190,20 @@ fn variant_files_str(
                 .into(),
         });
     }
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(twice) = sweep
+        .variants
+        .iter()
+        .find(|v| !seen.insert(v.name.as_str()))
+    {
+        return Err(ExperimentError::Invalid {
+            path: path.into(),
+            rule: "sweep.variants",
+            message: format!("two variants are named `{}`", twice.name),
+            fix: "give each variant a name of its own: reports and --variant tell them apart by it"
+                .into(),
+        });
+    }
     let mut out = Vec::with_capacity(sweep.variants.len());
     let command_line = override_keys(overrides);
     for variant in &sweep.variants {
@@ -212,10 +226,52 @@ fn variant_files_str(
             !(stays_plain && tunes_speculation(a))
         })?;
         check_finite(&t, path)?;
-        let file = parse_table(&t, path).map_err(|e| name_override_section(e, overrides))?;
+        let file = parse_table(&t, path)
+            .map_err(|e| name_override_section(e, overrides))
+            .map_err(|e| in_variant(e, &variant.name, text))?;
         out.push((Some(variant.name.clone()), file));
     }
     Ok(out)
+}
+
+/// The file parsed on its own, so what breaks it here is the variant's `set`: the error names
+/// the variant and points at its entry (the merged table it was read from has no positions).
+fn in_variant(err: ExperimentError, name: &str, text: &str) -> ExperimentError {
+    let quoted = format!("\"{name}\"");
+    let entry = text
+        .find("[sweep")
+        .and_then(|sweep| text[sweep..].find(&quoted).map(|at| sweep + at));
+    let span_of = |needle: &str| {
+        entry.map(|at| {
+            let found = text[at..].find(needle).map_or(at, |k| at + k);
+            span_at(text, found..found + needle.len())
+        })
+    };
+    match err {
+        ExperimentError::UnknownKey {
+            path,
+            key,
+            suggestion,
+            span: None,
+            ..
+        } => ExperimentError::UnknownKey {
+            span: span_of(&key),
+            path,
+            key,
+            section: format!("sweep variant `{name}`'s set"),
+            suggestion,
+        },
+        ExperimentError::Schema {
+            path,
+            message,
+            span: None,
+        } => ExperimentError::Schema {
+            path,
+            message: format!("sweep variant `{name}`: {message}"),
+            span: span_of(&quoted),
+        },
+        other => other,
+    }
 }
 
 /// Applies `--set` overrides to a file's table as loading does: one that sets

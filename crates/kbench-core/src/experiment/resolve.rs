@@ -345,6 +345,15 @@ pub(crate) fn resolve(
             "1 is a Poisson process; smaller is burstier, larger more even",
         ));
     }
+    // vllm bench serve's --max-concurrency caps an open-loop run; a closed-loop level is its
+    // own cap, so a cap with no rate level to apply to would be silently dropped
+    if b.max_concurrency.is_some() && b.request_rate.is_empty() {
+        return Err(invalid(
+            "benchmark.max_concurrency",
+            "max_concurrency caps the request_rate levels, and this benchmark has none: each concurrency level already keeps that many requests in flight".into(),
+            "list request_rate levels to cap, or remove max_concurrency and choose the concurrency levels",
+        ));
+    }
     let max_concurrency = match b.max_concurrency {
         None => None,
         Some(n) if n > 0 && n <= u32::MAX as i64 => Some(n as u32),
@@ -375,7 +384,27 @@ pub(crate) fn resolve(
                 "use a smaller level; no server batches that many requests",
             ));
         }
+        if concurrency.contains(&(c as u32)) {
+            return Err(invalid(
+                "benchmark.concurrency",
+                format!("concurrency {c} is listed twice"),
+                "list each level once: a level is measured once, and the report keys its rows by it",
+            ));
+        }
         concurrency.push(c as u32);
+    }
+    if let Some(r) = b
+        .request_rate
+        .iter()
+        .enumerate()
+        .find(|&(i, r)| b.request_rate[..i].contains(r))
+        .map(|(_, r)| r)
+    {
+        return Err(invalid(
+            "benchmark.request_rate",
+            format!("request_rate {r} is listed twice"),
+            "list each rate once: a level is measured once, and the report keys its rows by it",
+        ));
     }
     let positive = |v: i64, key: &'static str| -> Result<u32, ExperimentError> {
         if v <= 0 {
@@ -485,6 +514,11 @@ pub(crate) fn resolve(
             "concurrency {} exceeds the {sent} requests a level sends (requests_per_level {per_level} + warmup_requests {}): at most {sent} are ever in flight there; raise requests_per_level",
             over.join(", "),
             b.warmup_requests
+        ));
+    }
+    if b.request_rate.is_empty() && b.burstiness.is_some_and(|x| x != 1.0) {
+        level_warnings.push(format!(
+            "burstiness {burstiness} shapes the arrivals of request_rate levels, and this run has none: its concurrency levels ignore it"
         ));
     }
     let rate_sent = u64::from(counts.at_rate()) + b.warmup_requests as u64;

@@ -170,7 +170,7 @@ impl CudaModel {
         let ws = WeightStore::open(dir)?;
         let (darch, dws) = match draft_dir {
             Some(dd) => {
-                let darch = DraftArch::from_config_file(&dd.join("config.json"), &arch)?;
+                let darch = crate::model::draft_arch(dd, &arch)?;
                 (Some(darch), Some(WeightStore::open(dd)?))
             }
             None => (None, None),
