@@ -166,3 +166,33 @@ fn an_invalid_config_is_named_by_its_fields() {
     );
     assert!(!stderr.contains("TreeShape"), "{stderr}");
 }
+
+/// `-` is not stdout for an output file, and a plot is SVG under any name it is given: both
+/// refused before the run, nothing written.
+#[test]
+fn a_dash_for_a_file_and_a_plot_named_png_are_refused() {
+    let dir = with_experiment();
+    let d = dir.path();
+    let (code, _, stderr) = kbench(d, &["experiment", "exp.toml", "--json", "-"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("`-` names a file here, not stdout"),
+        "{stderr}"
+    );
+    assert!(!d.join("-").exists());
+    for args in [
+        &["experiment", "exp.toml", "--plot", "x.png"][..],
+        &["fidelity", "--plot", "x.png"][..],
+        &["experiment", "exp.toml", "--plot", "x"][..],
+    ] {
+        let (code, _, stderr) = kbench(d, args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("kbench draws SVG; name the file .svg"),
+            "{stderr}"
+        );
+    }
+    assert!(!d.join("x.png").exists() && !d.join("x").exists());
+    let (code, _, stderr) = kbench(d, &["experiment", "exp.toml", "--plot", "x.SVG"]);
+    assert_eq!(code, 0, "{stderr}");
+}

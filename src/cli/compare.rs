@@ -31,6 +31,7 @@ pub fn run(args: CompareArgs) -> CliResult<()> {
         }
     }
     super::output::check_output_paths(&args.plot)?;
+    super::output::check_plot_path(args.plot.as_ref())?;
     if reports.len() < 2 {
         return Err(CliError::new(
             exit::INVALID_INPUT,

@@ -16,6 +16,7 @@ use super::render;
 
 pub fn run(args: ExperimentArgs) -> CliResult<()> {
     check_output_paths([&args.json, &args.csv, &args.plot].into_iter().flatten())?;
+    super::output::check_plot_path(args.plot.as_ref())?;
     let (overrides, labels): (Vec<String>, Vec<String>) =
         command_line_overrides(&args)?.into_iter().unzip();
     super::interrupt::install();

@@ -30,6 +30,7 @@ pub(super) fn corpus_paths(files: &[PathBuf]) -> CliResult<Vec<PathBuf>> {
 
 pub fn run(args: FidelityArgs) -> CliResult<()> {
     super::output::check_output_paths([&args.json, &args.plot].into_iter().flatten())?;
+    super::output::check_plot_path(args.plot.as_ref())?;
     let sim_error = |e: kbench_sim::SimError| CliError::from_error(&e);
     let files = corpus_paths(&args.files)?;
     let corpora = files

@@ -92,6 +92,12 @@ pub fn check_output_paths<'a>(
     paths: impl IntoIterator<Item = &'a std::path::PathBuf>,
 ) -> CliResult<()> {
     for path in paths {
+        if path.as_os_str() == "-" {
+            return Err(super::error::CliError::new(
+                exit::USAGE,
+                "`-` names a file here, not stdout (stdout carries the command's own output): give a file name such as report.json",
+            ));
+        }
         let unwritable = |why: String| {
             super::error::CliError::new(
                 exit::OUTPUT,
@@ -131,5 +137,27 @@ pub fn check_output_dir(flag: &str, dir: &Path) -> CliResult<()> {
     Err(super::error::CliError::new(
         exit::OUTPUT,
         format!("{flag} {}: {why}", dir.display()),
+    ))
+}
+
+/// `--plot` draws SVG, and only SVG: a name promising another format would hold SVG under
+/// it, which a viewer trusting the name cannot open.
+pub fn check_plot_path(path: Option<&std::path::PathBuf>) -> CliResult<()> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    let svg = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    if svg {
+        return Ok(());
+    }
+    Err(super::error::CliError::new(
+        exit::USAGE,
+        format!(
+            "--plot {}: kbench draws SVG; name the file .svg (a browser opens it; `rsvg-convert` or Inkscape turn it into PNG or PDF)",
+            path.display()
+        ),
     ))
 }

@@ -20,6 +20,7 @@ pub fn run(args: SearchArgs) -> CliResult<()> {
             .into_iter()
             .flatten(),
     )?;
+    super::output::check_plot_path(args.plot.as_ref())?;
     let flags = SearchFlags {
         space: args.space.clone(),
         objective: args.objective.clone(),
