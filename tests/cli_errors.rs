@@ -127,8 +127,12 @@ fn run_with_trace(trace_bytes: Option<Vec<u8>>) -> String {
         !dir.path().join("out.json").exists(),
         "a failed run left a report"
     );
-    // a missing trace is named where it was looked for, which is the temporary folder
-    let stderr = stderr.replace(dir.path().to_str().unwrap(), "[DIR]");
+    // a missing trace is named where it was looked for, which is the temporary folder as the
+    // process resolved it (a symlinked TMPDIR reads as its target there)
+    let real = dir.path().canonicalize().unwrap();
+    let stderr = stderr
+        .replace(real.to_str().unwrap(), "[DIR]")
+        .replace(dir.path().to_str().unwrap(), "[DIR]");
     format!("exit code: {code}\nstdout:\n{stdout}stderr:\n{stderr}")
 }
 
@@ -292,6 +296,15 @@ fn a_variant_that_breaks_the_file_is_named() {
         (
             "wrong type",
             "[[sweep.variants]]\nname = \"deep\"\nset = { \"speculative.num_steps\" = \"three\" }\n",
+        ),
+        (
+            "set before name, another variant's value like its name",
+            "[[sweep.variants]]\nname = \"a\"\nset = { \"workload.max_tokens\" = 64 }\n\
+             [[sweep.variants]]\nset = { \"server.tp_sise\" = 8 }\nname = \"b\"\n",
+        ),
+        (
+            "an engine key with no [engine]",
+            "[[sweep.variants]]\nname = \"v\"\nset = { \"engine.max_num_batched_tokens\" = 4096 }\n",
         ),
         (
             "one name twice",

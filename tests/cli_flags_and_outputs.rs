@@ -66,13 +66,13 @@ fn negative_values_reach_their_flags_own_check() {
                 "--out",
                 "m",
             ],
-            3,
+            2,
             "error: --draft-quality -1: must be between 0.0 and 1.0",
         ),
         (
             &["trace", "synth", "--stickiness", "-1", "-o", "t.kbt"],
-            3,
-            "stickiness = -1 is not in [0, 1]",
+            2,
+            "error: --stickiness -1: must be between 0 and 1",
         ),
     ];
     for (args, want, message) in cases {

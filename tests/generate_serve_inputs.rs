@@ -10,12 +10,14 @@ use std::time::{Duration, Instant};
 
 use common::{kbench, repo_root};
 
-/// The tiny model (target + draft), made once per test binary.
+/// The tiny model (target + draft), made once per test binary under cargo's scratch folder
+/// for tests (a static TempDir would never be dropped, leaving a model in /tmp per run).
 fn tiny() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let d = tempfile::tempdir().unwrap();
-        let out = d.path().to_str().unwrap();
+        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("generate_serve_inputs_tiny");
+        let _ = std::fs::remove_dir_all(&d);
+        let out = d.to_str().unwrap();
         let (code, _, err) = kbench(
             &repo_root(),
             &["model", "init", "--preset", "tiny", "--out", out],
@@ -23,7 +25,7 @@ fn tiny() -> &'static Path {
         assert_eq!(code, 0, "{err}");
         d
     })
-    .path()
+    .as_path()
 }
 
 /// Runs `kbench ARGS`, killing it after `limit`: the bugs these tests guard against were

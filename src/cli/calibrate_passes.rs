@@ -13,6 +13,7 @@ use super::error::{CliError, CliResult};
 use super::output::write_json;
 
 pub fn run(a: CalibratePassesArgs) -> CliResult<()> {
+    super::output::check_output_paths([&a.out, &a.json].into_iter().flatten())?;
     let sim_error = |e: SimError| CliError::from_error(&e);
     // A path names a profile file; anything else a shipped preset (`h200`).
     let base = if Path::new(&a.hardware).exists() || a.hardware.ends_with(".toml") {

@@ -62,7 +62,7 @@ fn model_init(a: ModelInitArgs) -> CliResult<()> {
     let preset = Preset::parse(&a.preset).map_err(engine_err)?;
     if !(0.0..=1.0).contains(&a.draft_quality) {
         return Err(CliError::new(
-            exit::INVALID_INPUT,
+            exit::USAGE,
             format!(
                 "--draft-quality {}: must be between 0.0 and 1.0",
                 a.draft_quality
@@ -182,12 +182,14 @@ pub fn generate(a: GenerateArgs) -> CliResult<()> {
                 .arch
                 .max_position_embeddings
                 .saturating_sub(prompt.ids.len() as u64);
+            let fix = if room == 0 {
+                "shorten the prompt: it fills the context alone".to_string()
+            } else {
+                format!("lower --max-tokens to {room} or less, or shorten the prompt")
+            };
             CliError::new(
                 exit::USAGE,
-                format!(
-                    "--max-tokens {}: {e}\n  fix: lower --max-tokens to {room} or less, or shorten the prompt",
-                    a.max_tokens
-                ),
+                format!("--max-tokens {}: {e}\n  fix: {fix}", a.max_tokens),
             )
         },
     )?;

@@ -268,10 +268,7 @@ fn run_labelled_file(
 fn run_variant(variant: &Variant, quiet: bool) -> CliResult<(Option<Report>, Option<CliError>)> {
     let exp = &variant.experiment;
     // in a sweep, say which variant a deployment that cannot start belongs to
-    let mut backend = make_backend(exp).map_err(|e| match &variant.name {
-        Some(name) => CliError::new(e.code, format!("sweep variant `{name}`: {}", e.message)),
-        None => e,
-    })?;
+    let mut backend = make_backend(exp).map_err(|e| in_variant(variant, e))?;
     if !quiet {
         backend.set_notice(Box::new(|what| eprintln!("{what}")));
     }

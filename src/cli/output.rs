@@ -95,7 +95,7 @@ pub fn check_output_paths<'a>(
         if path.as_os_str() == "-" {
             return Err(super::error::CliError::new(
                 exit::USAGE,
-                "`-` names a file here, not stdout (stdout carries the command's own output): give a file name such as report.json",
+                "`-` names a file here, not stdout (stdout carries the command's own output): give the output a file name",
             ));
         }
         let unwritable = |why: String| {

@@ -381,6 +381,10 @@ fn sim_config(
         .map_err(|e| CliError::from_error(&e))?;
     let describe = probe.describe();
     let profile_name = probe.cost_model().profile.name.clone();
+    // the cap the simulator serves with: vLLM's default for the GPU where the file is silent
+    let max_running = probe
+        .max_running_requests()
+        .unwrap_or(exp.max_running_requests);
     drop(probe);
     let speed = a.speed.unwrap_or(1.0);
     if !(speed.is_finite() && (MIN_SPEED..=MAX_SPEED).contains(&speed)) {
@@ -390,7 +394,6 @@ fn sim_config(
         )));
     }
     let spec_on = exp.speculative.is_speculative();
-    let max_running = exp.max_running_requests;
     let mut limits = limits;
     limits.max_in_flight = max_running as usize + a.max_queued_requests as usize;
     let served_name = a

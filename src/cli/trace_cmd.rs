@@ -75,6 +75,20 @@ fn synth(a: TraceSynthArgs) -> CliResult<()> {
             })?
         }
     };
+    // a flag's value out of range is the command line's fault (exit 2), where the same value
+    // read from a --params file is the input's (exit 3, from the synthesiser's own check)
+    let unit_flags = [("--stickiness", a.stickiness), ("--contrast", a.contrast)]
+        .into_iter()
+        .filter_map(|(flag, v)| v.map(|v| (flag, v)))
+        .chain(a.accept.iter().map(|&v| ("--accept", v)));
+    for (flag, v) in unit_flags {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(CliError::new(
+                exit::USAGE,
+                format!("{flag} {v}: must be between 0 and 1"),
+            ));
+        }
+    }
     if !a.accept.is_empty() {
         p.depth = a.accept.len() as u32;
         p.accept = a.accept.clone();

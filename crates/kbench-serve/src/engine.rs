@@ -106,7 +106,7 @@ pub fn spawn(how: EngineLoad) -> Result<EngineReady, ServeError> {
                 },
                 Device::Cuda(first) => {
                     let mut opts = CudaOptions::new(first as usize, 1);
-                    opts.max_batch = how.max_running.max(1);
+                    opts.max_batch = how.max_running;
                     match CudaModel::load(&how.model_dir, draft, &opts) {
                         Ok(mut model) => {
                             let batcher = Batcher::new(&mut model, how.spec, how.max_running)

@@ -58,12 +58,16 @@ pub fn batched_tokens(exp: &Experiment, profile: &HardwareProfile) -> u32 {
 
 /// The most requests the server runs at once. Under vLLM with the file silent that is
 /// `--max-num-seqs`'s default for the GPU, which the experiment alone cannot know: 1,024, or
-/// 256 below 70 GiB and on the A100. Anything else is the experiment's own.
+/// 256 below 70 GiB and on the A100, and never more than the token budget, one token per
+/// request (`_set_default_max_num_seqs_and_batched_tokens_args`). Anything else is the
+/// experiment's own.
 pub fn max_running_requests(exp: &Experiment, profile: &HardwareProfile) -> u32 {
     let unset = exp.file.server.max_running_requests.is_none()
         && exp.max_running_requests == DEFAULT_MAX_RUNNING_REQUESTS;
     if exp.engine.kind == ServingEngineKind::Vllm && unset {
-        GpuClass::of(profile).max_num_seqs()
+        GpuClass::of(profile)
+            .max_num_seqs()
+            .min(batched_tokens(exp, profile))
     } else {
         exp.max_running_requests
     }

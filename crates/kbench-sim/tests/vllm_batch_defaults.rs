@@ -69,6 +69,11 @@ fn the_file_and_sglang_keep_their_own() {
     );
     assert_eq!(max_running_requests(&set, &a100), 1024);
     assert_eq!(batched_tokens(&set, &a100), 8192);
+    // unset, vLLM's cap is never more than its token budget, one token per request
+    let small_budget = llama("vllm", "max_num_batched_tokens = 512", "");
+    let h100 = gpu("NVIDIA H100 SXM", 79.2);
+    assert_eq!(max_running_requests(&small_budget, &h100), 512);
+    assert_eq!(max_running_requests(&small_budget, &a100), 256);
     let sglang = llama("sglang", "", "");
     assert_eq!(
         max_running_requests(&sglang, &a100),

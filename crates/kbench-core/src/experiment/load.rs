@@ -235,18 +235,11 @@ fn variant_files_str(
 }
 
 /// The file parsed on its own, so what breaks it here is the variant's `set`: the error names
-/// the variant and points at its entry (the merged table it was read from has no positions).
+/// the variant and points into its entry, found by position in the file as written (the
+/// merged table it was read from has none).
 fn in_variant(err: ExperimentError, name: &str, text: &str) -> ExperimentError {
-    let quoted = format!("\"{name}\"");
-    let entry = text
-        .find("[sweep")
-        .and_then(|sweep| text[sweep..].find(&quoted).map(|at| sweep + at));
-    let span_of = |needle: &str| {
-        entry.map(|at| {
-            let found = text[at..].find(needle).map_or(at, |k| at + k);
-            span_at(text, found..found + needle.len())
-        })
-    };
+    let entry = VariantSpans::find(text, name);
+    let span = |range: Option<std::ops::Range<usize>>| range.map(|r| span_at(text, r));
     match err {
         ExperimentError::UnknownKey {
             path,
@@ -255,7 +248,7 @@ fn in_variant(err: ExperimentError, name: &str, text: &str) -> ExperimentError {
             span: None,
             ..
         } => ExperimentError::UnknownKey {
-            span: span_of(&key),
+            span: span(entry.as_ref().map(|e| e.key_naming(&key))),
             path,
             key,
             section: format!("sweep variant `{name}`'s set"),
@@ -268,9 +261,68 @@ fn in_variant(err: ExperimentError, name: &str, text: &str) -> ExperimentError {
         } => ExperimentError::Schema {
             path,
             message: format!("sweep variant `{name}`: {message}"),
-            span: span_of(&quoted),
+            span: span(entry.map(|e| e.set)),
+        },
+        ExperimentError::Invalid {
+            path,
+            rule,
+            message,
+            fix,
+        } => ExperimentError::Invalid {
+            path,
+            rule,
+            message: format!("sweep variant `{name}`: {message}"),
+            fix,
         },
         other => other,
+    }
+}
+
+/// Where one `[[sweep.variants]]` entry's `set` and its keys are in the file.
+struct VariantSpans {
+    set: std::ops::Range<usize>,
+    keys: Vec<(String, std::ops::Range<usize>)>,
+}
+
+impl VariantSpans {
+    fn find(text: &str, name: &str) -> Option<VariantSpans> {
+        use toml::Spanned;
+        #[derive(serde::Deserialize)]
+        struct File {
+            sweep: Option<Sweep>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Sweep {
+            #[serde(default)]
+            variants: Vec<Entry>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Entry {
+            name: String,
+            set: Spanned<std::collections::BTreeMap<Spanned<String>, toml::Value>>,
+        }
+        let file: File = toml::from_str(text).ok()?;
+        let entry = file.sweep?.variants.into_iter().find(|v| v.name == name)?;
+        let set = entry.set.span();
+        let keys = entry
+            .set
+            .into_inner()
+            .into_keys()
+            .map(|k| {
+                let span = k.span();
+                (k.into_inner(), span)
+            })
+            .collect();
+        Some(VariantSpans { set, keys })
+    }
+
+    /// The `set` key an unknown key came from: the one with it as a dotted part, else the
+    /// whole `set`.
+    fn key_naming(&self, unknown: &str) -> std::ops::Range<usize> {
+        self.keys
+            .iter()
+            .find(|(k, _)| k.split('.').any(|part| part == unknown))
+            .map_or(self.set.clone(), |(_, span)| span.clone())
     }
 }
 
