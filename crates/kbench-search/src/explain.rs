@@ -1,6 +1,7 @@
 //! Why a candidate wins: one decode round at the objective's concurrency, split into what
 //! the target, the draft, the all-reduces, the launches and the host cost.
 
+use kbench_core::backend::Backend;
 use kbench_core::experiment::Experiment;
 use kbench_sim::{PassKind, RoundBreakdown, SimError};
 use serde::Serialize;
@@ -41,7 +42,11 @@ pub fn decompose(
     accept_length: Option<f64>,
 ) -> Result<Decomposition, SimError> {
     let backend = crate::evaluate::backend_for(exp)?;
-    let bs = batch.clamp(1, exp.max_running_requests.max(1));
+    // the cap the server runs with: under vLLM with the file silent, its default for the GPU
+    let cap = backend
+        .max_running_requests()
+        .unwrap_or(exp.max_running_requests);
+    let bs = batch.clamp(1, cap.max(1));
     let (lo, hi) = exp.input_len;
     let ctx = (f64::from(lo) + f64::from(hi)) / 2.0 + f64::from(exp.max_tokens) / 2.0;
     let round = backend.explain_round(bs, ctx)?;
