@@ -385,6 +385,9 @@ fn sim_config(
     let max_running = probe
         .max_running_requests()
         .unwrap_or(exp.max_running_requests);
+    let cuda_graph_max_bs = probe
+        .cuda_graph_bound()
+        .map_or(exp.cuda_graph_max_bs, |b| b.max());
     drop(probe);
     let speed = a.speed.unwrap_or(1.0);
     if !(speed.is_finite() && (MIN_SPEED..=MAX_SPEED).contains(&speed)) {
@@ -413,7 +416,7 @@ fn sim_config(
         "context_length": context_length,
         "max_running_requests": max_running,
         "max_queued_requests": a.max_queued_requests,
-        "cuda_graph_max_bs": exp.cuda_graph_max_bs,
+        "cuda_graph_max_bs": cuda_graph_max_bs,
         "random_seed": exp.file.seed,
         // as SGLang's server_info reports it: its server_args turn NEXTN into EAGLE
         "speculative_algorithm": spec_on.then_some(match exp.speculative.algorithm {

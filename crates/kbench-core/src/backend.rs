@@ -184,6 +184,40 @@ pub trait Backend {
     fn max_running_requests(&self) -> Option<u32> {
         None
     }
+    /// The largest forward it replays from a CUDA graph, where the backend decides it rather
+    /// than the experiment (the engine's own unit and its default for the GPU).
+    fn cuda_graph_bound(&self) -> Option<CudaGraphBound> {
+        None
+    }
+}
+
+/// The largest decode-type forward an engine replays from a CUDA graph; a larger one runs
+/// eagerly. The engines count it differently: SGLang in requests (`--cuda-graph-max-bs`, its
+/// runner captures one graph per batch size), vLLM in tokens (`--max-cudagraph-capture-size`,
+/// its dispatcher runs a batch of more tokens than the largest capture size without a graph),
+/// so a speculative vLLM batch of `n` requests needs `n x (1 + K)` tokens of graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase", tag = "unit", content = "max")]
+pub enum CudaGraphBound {
+    Requests(u32),
+    Tokens(u32),
+}
+
+impl CudaGraphBound {
+    /// Whether a forward of `tokens` query tokens over `requests` requests replays a graph.
+    pub fn covers(self, tokens: u32, requests: u32) -> bool {
+        match self {
+            CudaGraphBound::Requests(n) => requests <= n,
+            CudaGraphBound::Tokens(n) => tokens <= n,
+        }
+    }
+
+    /// The bound, in its own unit.
+    pub fn max(self) -> u32 {
+        match self {
+            CudaGraphBound::Requests(n) | CudaGraphBound::Tokens(n) => n,
+        }
+    }
 }
 
 /// A running server for one level. The harness submits requests and waits for completions;

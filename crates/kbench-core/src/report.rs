@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, CudaGraphBound};
 use crate::experiment::{Experiment, HardwareRef, ReferencePoint};
 use crate::harness::LevelResult;
 use crate::metrics::LevelMetrics;
@@ -51,7 +51,12 @@ pub struct ExperimentSummary {
     )]
     pub custom_all_reduce: bool,
     pub max_running_requests: u32,
+    /// The largest forward replayed from a CUDA graph, in requests (SGLang's
+    /// `cuda_graph_max_bs`) unless `cuda_graph_unit` says tokens (vLLM's
+    /// `max_cudagraph_capture_size`).
     pub cuda_graph_max_bs: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_graph_unit: Option<String>,
     pub speculative: SpeculativeSummary,
     pub max_tokens: u32,
     pub input_len: [u32; 2],
@@ -212,6 +217,7 @@ pub fn summarize_experiment(exp: &Experiment, variant: Option<&str>) -> Experime
         custom_all_reduce: exp.custom_all_reduce,
         max_running_requests: exp.max_running_requests,
         cuda_graph_max_bs: exp.cuda_graph_max_bs,
+        cuda_graph_unit: None,
         speculative: SpeculativeSummary {
             algorithm: s.algorithm.name_in(exp.engine.kind).into(),
             num_steps: s.shape.num_steps,
@@ -287,6 +293,13 @@ pub fn build_report(
     let mut experiment = summarize_experiment(exp, variant);
     if let Some(n) = backend.max_running_requests() {
         experiment.max_running_requests = n;
+    }
+    if let Some(bound) = backend.cuda_graph_bound() {
+        experiment.cuda_graph_max_bs = bound.max();
+        experiment.cuda_graph_unit = match bound {
+            CudaGraphBound::Requests(_) => None,
+            CudaGraphBound::Tokens(_) => Some("tokens".into()),
+        };
     }
     let backend = BackendSummary {
         name: backend.name().to_string(),

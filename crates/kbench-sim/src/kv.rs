@@ -66,29 +66,13 @@ pub struct KvPool {
     pub chunked_prefill_size: Option<u32>,
 }
 
-/// SGLang's per-GPU defaults by memory (`_handle_gpu_memory_settings`):
-/// (chunked_prefill_size, cuda_graph_max_bs at tp >= 4).
-fn gpu_memory_defaults(gpu_mib: f64) -> (u32, u32) {
-    match gpu_mib {
-        m if m < 20.0 * 1024.0 => (2048, 8),
-        m if m < 35.0 * 1024.0 => (2048, 80),
-        m if m < 60.0 * 1024.0 => (4096, 160),
-        m if m < 160.0 * 1024.0 => (8192, 512),
-        _ => (16384, 512),
-    }
-}
-
 /// The chunk size an experiment runs with: its own, or SGLang's default for the GPU.
 pub fn chunked_prefill_size(exp: &Experiment, profile: &HardwareProfile) -> Option<u32> {
     match exp.kv.chunked_prefill {
         ChunkedPrefill::Off => None,
         ChunkedPrefill::Size(n) => Some(n),
-        ChunkedPrefill::Default => Some(gpu_memory_defaults(gpu_mib(profile)).0),
+        ChunkedPrefill::Default => Some(crate::sglang_defaults::chunked_prefill_size(profile)),
     }
-}
-
-fn gpu_mib(profile: &HardwareProfile) -> f64 {
-    profile.gpu.memory_gib.value * 1024.0
 }
 
 /// vLLM's `--gpu-memory-utilization` when unset (vllm/config/cache.py). Its KV cache is
@@ -171,15 +155,17 @@ pub fn default_mem_fraction_static(
     profile: &HardwareProfile,
     chunk: Option<u32>,
 ) -> f64 {
-    let gpu = gpu_mib(profile);
-    let (_, graph_bs) = gpu_memory_defaults(gpu);
+    let gpu = crate::sglang_defaults::gpu_mib(profile);
+    // the graph bound the server ends up with, the file's or its default
+    let graph_bs = crate::sglang_defaults::cuda_graph_max_bs(exp, profile);
     let prefill = chunk.unwrap_or(exp.kv.max_prefill_tokens).max(2048) as f64;
     let mut reserved =
         512.0 + prefill * 1.5 + graph_bs as f64 * 2.0 + exp.tp_size as f64 / 8.0 * 1024.0;
     if gpu > 60.0 * 1024.0 {
         reserved = reserved.max(10.0 * 1024.0);
     }
-    if exp.speculative.is_speculative() {
+    // an EAGLE or MTP draft and its graphs; the n-gram proposer has neither
+    if exp.speculative.is_speculative() && exp.speculative.algorithm.drafts_on_gpu() {
         reserved += 2.0 * 1024.0;
     }
     ((gpu - reserved) / gpu * 1000.0).round() / 1000.0

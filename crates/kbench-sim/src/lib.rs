@@ -34,6 +34,7 @@ pub mod presets;
 pub mod pricer;
 pub mod profile;
 mod sched;
+pub mod sglang_defaults;
 pub mod sim;
 pub mod vllm_defaults;
 

@@ -93,6 +93,7 @@ impl SimBackend {
         let client = crate::client::SimSettings::of(exp)?;
         let tables_home = crate::presets::tables_measured_on(&profile)?;
         let scheduler = crate::sched::for_engine(&engine.engine)?;
+        let graph_bound = scheduler.graph_bound(exp, &profile);
         let cost = CostModel::new(
             profile,
             engine,
@@ -103,6 +104,7 @@ impl SimBackend {
             exp.cuda_graph_max_bs,
         )
         .map_err(in_file)?
+        .with_graph_bound(graph_bound)
         .with_kv_cache_dtype(exp.kv.kv_cache_dtype)
         .with_expert_spread(exp.expert_spread)
         .with_custom_all_reduce(exp.custom_all_reduce);
@@ -210,6 +212,10 @@ impl Backend for SimBackend {
 
     fn max_running_requests(&self) -> Option<u32> {
         Some(self.max_running)
+    }
+
+    fn cuda_graph_bound(&self) -> Option<kbench_core::backend::CudaGraphBound> {
+        Some(self.cost.graph_bound)
     }
 
     fn describe(&self) -> String {

@@ -72,3 +72,54 @@ pub fn max_running_requests(exp: &Experiment, profile: &HardwareProfile) -> u32 
         exp.max_running_requests
     }
 }
+
+/// The most tokens a forward may have and still replay a CUDA graph
+/// (`VllmConfig._set_cudagraph_sizes`, vllm/config/vllm.py at 000fc94b): the file's
+/// `cuda_graph_max_bs`, which `kbench vllm-args` passes as `--max-cudagraph-capture-size`, or
+/// vLLM's default, room for twice `max_num_seqs` uniform decodes of
+/// `1 + num_speculative_tokens` tokens each, at most 512 (1,024 on compute capability 10.x,
+/// the B200 and B300, since vllm-project/vllm#49390); never more than the token budget. A
+/// batch of more tokens runs without a graph (`CudagraphDispatcher` returns
+/// `CUDAGraphMode.NONE`).
+pub fn cudagraph_capture_size(exp: &Experiment, profile: &HardwareProfile) -> u32 {
+    let budget = batched_tokens(exp, profile);
+    let query_len = if exp.speculative.is_speculative() {
+        1 + exp.speculative.shape.num_steps
+    } else {
+        1
+    };
+    match exp.file.server.cuda_graph_max_bs {
+        Some(0) => 0,
+        Some(size) => {
+            let size = size.min(budget);
+            // vLLM captures its grid up to the size (and the budget itself where it fits),
+            // so a size off the grid falls to the grid step below (vllm-project/vllm#54933)
+            if size == budget {
+                size
+            } else {
+                capture_grid_floor(size)
+            }
+        }
+        None => {
+            let ceiling = match profile.gpu.compute_capability.as_ref() {
+                Some(cc) if cc.value.floor() == 10.0 => 1024,
+                _ => 512,
+            };
+            let widest_decode = max_running_requests(exp, profile).saturating_mul(query_len);
+            let size = widest_decode.saturating_mul(2).min(ceiling).min(budget);
+            // the default also captures the uniform decode of every running request where it
+            // fits, off the grid or not
+            capture_grid_floor(size).max(widest_decode.min(size))
+        }
+    }
+}
+
+/// The largest of vLLM's default capture sizes (1, 2, 4, then every 8 tokens below 256 and
+/// every 16 from 256) that is at most `size`.
+fn capture_grid_floor(size: u32) -> u32 {
+    match size {
+        0..=7 => [4, 2, 1, 0].into_iter().find(|&g| g <= size).unwrap_or(0),
+        8..=255 => size / 8 * 8,
+        _ => 256 + (size - 256) / 16 * 16,
+    }
+}

@@ -71,7 +71,7 @@ pub fn write_report(out: &mut dyn Write, r: &Report, wide: bool) -> io::Result<(
         e.hardware.clone()
     };
     let deployment = format!(
-        "{} on {}{}, tp {}{}, {spec}; max_running_requests {}, cuda_graph_max_bs {}",
+        "{} on {}{}, tp {}{}, {spec}; max_running_requests {}, {}",
         e.model,
         hardware,
         e.engine
@@ -85,7 +85,10 @@ pub fn write_report(out: &mut dyn Write, r: &Report, wide: bool) -> io::Result<(
             " (custom all-reduce off)"
         },
         e.max_running_requests,
-        e.cuda_graph_max_bs
+        match e.cuda_graph_unit.as_deref() {
+            Some(unit) => format!("max_cudagraph_capture_size {} {unit}", e.cuda_graph_max_bs),
+            None => format!("cuda_graph_max_bs {}", e.cuda_graph_max_bs),
+        }
     );
     preamble(out, &deployment, wide)?;
     let range = |r: [u32; 2]| {

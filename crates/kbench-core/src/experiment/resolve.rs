@@ -74,7 +74,9 @@ pub struct Experiment {
 pub const SPEC_DEFAULT_MAX_RUNNING_REQUESTS: u32 = 48;
 /// Used when neither speculation nor the file bounds the batch.
 pub const DEFAULT_MAX_RUNNING_REQUESTS: u32 = 1024;
-/// SGLang's default when the file does not say (it depends on GPU memory; stated as assumed).
+/// The graph bound kbench's own engines use where the file does not say. The simulator uses
+/// the serving engine's default for the GPU instead (kbench-sim's `sglang_defaults` and
+/// `vllm_defaults`).
 pub const DEFAULT_CUDA_GRAPH_MAX_BS: u32 = 160;
 
 /// The longest a rate level's arrivals may span: a thirtieth of what u64 nanoseconds hold,
@@ -313,9 +315,13 @@ pub(crate) fn resolve(
     let cuda_graph_max_bs = match s.cuda_graph_max_bs {
         Some(n) => n,
         None => {
-            notes.push(format!(
-                "cuda_graph_max_bs unset: assumed SGLang's default of {DEFAULT_CUDA_GRAPH_MAX_BS}"
-            ));
+            // the simulator resolves the engine's own default by the GPU; this value is
+            // what kbench's own engines capture up to
+            notes.push(if vllm {
+                "cuda_graph_max_bs unset: vLLM's default max_cudagraph_capture_size, 2 x max_num_seqs x (1 + num_speculative_tokens) tokens, at most 512 (1024 on compute capability 10.x) and the token budget".to_string()
+            } else {
+                "cuda_graph_max_bs unset: SGLang's default for the GPU's memory and tp_size (512 at tp >= 4 from 60 GiB)".to_string()
+            });
             DEFAULT_CUDA_GRAPH_MAX_BS
         }
     };

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use kbench_core::arch::{ArchFamily, DraftArch, ModelArch};
+use kbench_core::backend::CudaGraphBound;
 use kbench_core::experiment::SpeculativeConfig;
 use serde::Serialize;
 
@@ -181,7 +182,8 @@ pub struct CostModel {
     pub model: ModelArch,
     pub draft: Option<DraftArch>,
     pub tp: u32,
-    pub cuda_graph_max_bs: u32,
+    /// The largest decode-type pass replayed from a CUDA graph.
+    pub graph_bound: CudaGraphBound,
     /// Decode attention reads the KV cache: its context-dependent time scales with the
     /// cache's bytes per element (fp8 halves it; the tables are measured with bf16).
     kv_read_scale: f64,
@@ -268,13 +270,20 @@ impl CostModel {
             model,
             draft,
             tp,
-            cuda_graph_max_bs,
+            graph_bound: CudaGraphBound::Requests(cuda_graph_max_bs),
             kv_read_scale: 1.0,
             kv_rows_scale: 1.0,
             expert_spread,
             custom_all_reduce: true,
             cache: RefCell::new(BTreeMap::new()),
         })
+    }
+
+    /// The engine's CUDA-graph bound, where it is not SGLang's `cuda_graph_max_bs` requests
+    /// given to [`CostModel::new`] (vLLM counts tokens).
+    pub fn with_graph_bound(mut self, bound: CudaGraphBound) -> Self {
+        self.graph_bound = bound;
+        self
     }
 
     /// The op tables were measured on `home`, another box than this profile's
@@ -434,8 +443,8 @@ impl CostModel {
         let gpu = (p.fixed_us + attention) * self.profile.efficiency.in_model.value
             + self.kernel_gaps_us(p.ops);
         // Prefill (extend) is not graphed in SGLang by default; decode-type passes replay a
-        // graph up to cuda_graph_max_bs requests.
-        let graph = !kind.is_prefill() && requests <= self.cuda_graph_max_bs;
+        // graph up to the engine's bound, in requests (SGLang) or tokens (vLLM).
+        let graph = !kind.is_prefill() && self.graph_bound.covers(tokens, requests);
         if graph {
             let launch = self.engine.launch.graph_replay_us.value;
             Ok((gpu, launch, gpu + launch, true, p.ops))

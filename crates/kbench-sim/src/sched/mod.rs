@@ -5,10 +5,11 @@
 //! time; it never asks which engine it plays. A new engine is one file here and one line
 //! in [`for_engine`].
 
-use kbench_core::backend::BackendError;
-use kbench_core::experiment::SpeculativeConfig;
+use kbench_core::backend::{BackendError, CudaGraphBound};
+use kbench_core::experiment::{Experiment, SpeculativeConfig};
 
 use crate::error::SimError;
+use crate::profile::HardwareProfile;
 use crate::sim::SimSession;
 
 mod sglang;
@@ -23,6 +24,10 @@ pub(crate) trait Scheduler: Send + Sync {
     /// (an overlapped event loop): a request that reaches it during forward k then misses
     /// forward k + 1, already chosen, and joins k + 2.
     fn schedules_ahead(&self, spec: &SpeculativeConfig) -> bool;
+
+    /// The largest decode-type forward the engine replays from a CUDA graph, in its own
+    /// unit: the file's setting or the engine's default for the GPU.
+    fn graph_bound(&self, exp: &Experiment, profile: &HardwareProfile) -> CudaGraphBound;
 }
 
 /// The scheduler of the engine an engine profile describes (its `engine` key).

@@ -47,6 +47,17 @@ impl Scheduler for Sglang {
     fn schedules_ahead(&self, spec: &kbench_core::experiment::SpeculativeConfig) -> bool {
         !spec.is_speculative() || spec.spec_v2
     }
+
+    /// SGLang captures one graph per batch size, for decode and for every speculative pass.
+    fn graph_bound(
+        &self,
+        exp: &kbench_core::experiment::Experiment,
+        profile: &crate::profile::HardwareProfile,
+    ) -> kbench_core::backend::CudaGraphBound {
+        kbench_core::backend::CudaGraphBound::Requests(crate::sglang_defaults::cuda_graph_max_bs(
+            exp, profile,
+        ))
+    }
 }
 
 /// One prefill forward if anything can be admitted (SGLang's get_new_batch_prefill):

@@ -27,6 +27,18 @@ impl Scheduler for Vllm {
     fn schedules_ahead(&self, spec: &kbench_core::experiment::SpeculativeConfig) -> bool {
         !spec.is_speculative() || spec.spec_v2
     }
+
+    /// vLLM captures graphs by tokens: a uniform decode of n requests with K drafts each is
+    /// n x (1 + K) tokens.
+    fn graph_bound(
+        &self,
+        exp: &kbench_core::experiment::Experiment,
+        profile: &crate::profile::HardwareProfile,
+    ) -> kbench_core::backend::CudaGraphBound {
+        kbench_core::backend::CudaGraphBound::Tokens(crate::vllm_defaults::cudagraph_capture_size(
+            exp, profile,
+        ))
+    }
 }
 
 /// The latest admitted request goes back to the front of the queue, its cache freed.
