@@ -98,6 +98,9 @@ pub struct CandidateConfig {
     pub tp_size: u32,
     pub max_running_requests: u32,
     pub cuda_graph_max_bs: u32,
+    /// `tokens` where the bound counts tokens (vLLM's `max_cudagraph_capture_size`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda_graph_unit: Option<String>,
 }
 
 /// Ranks, finds the frontier, explains the top two, and lays every candidate out.
@@ -194,7 +197,13 @@ fn row(
         Outcome::Ran(run) => {
             let x = &run.experiment;
             r.status = "ran";
-            r.config = Some(config_of(x));
+            // the cap and the graph bound the simulator served with, where the engine chose
+            // them for the GPU (vLLM's max_num_seqs, either engine's graph bound)
+            let mut config = config_of(x);
+            config.max_running_requests = run.report.experiment.max_running_requests;
+            config.cuda_graph_max_bs = run.report.experiment.cuda_graph_max_bs;
+            config.cuda_graph_unit = run.report.experiment.cuda_graph_unit.clone();
+            r.config = Some(config);
             r.unsupported = x.speculative.unsupported.clone();
             r.at = score.map(|s| run.report.levels[s.level].clone());
             r.at_level = score.map(|s| s.level);
@@ -225,6 +234,7 @@ fn config_of(x: &kbench_core::experiment::Experiment) -> CandidateConfig {
         tp_size: x.tp_size,
         max_running_requests: x.max_running_requests,
         cuda_graph_max_bs: x.cuda_graph_max_bs,
+        cuda_graph_unit: None,
     }
 }
 

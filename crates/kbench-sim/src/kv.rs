@@ -156,8 +156,8 @@ pub fn default_mem_fraction_static(
     chunk: Option<u32>,
 ) -> f64 {
     let gpu = crate::sglang_defaults::gpu_mib(profile);
-    // the graph bound the server ends up with, the file's or its default
-    let graph_bs = crate::sglang_defaults::cuda_graph_max_bs(exp, profile);
+    // the graph bound the server's settings end up with, the file's or its default
+    let graph_bs = crate::sglang_defaults::configured_cuda_graph_max_bs(exp, profile);
     let prefill = chunk.unwrap_or(exp.kv.max_prefill_tokens).max(2048) as f64;
     let mut reserved =
         512.0 + prefill * 1.5 + graph_bs as f64 * 2.0 + exp.tp_size as f64 / 8.0 * 1024.0;

@@ -73,14 +73,16 @@ pub fn max_running_requests(exp: &Experiment, profile: &HardwareProfile) -> u32 
     }
 }
 
-/// The most tokens a forward may have and still replay a CUDA graph
-/// (`VllmConfig._set_cudagraph_sizes`, vllm/config/vllm.py at 000fc94b): the file's
-/// `cuda_graph_max_bs`, which `kbench vllm-args` passes as `--max-cudagraph-capture-size`, or
-/// vLLM's default, room for twice `max_num_seqs` uniform decodes of
-/// `1 + num_speculative_tokens` tokens each, at most 512 (1,024 on compute capability 10.x,
-/// the B200 and B300, since vllm-project/vllm#49390); never more than the token budget. A
-/// batch of more tokens runs without a graph (`CudagraphDispatcher` returns
-/// `CUDAGraphMode.NONE`).
+/// The most tokens a forward may have and still replay a CUDA graph, as vLLM builds its
+/// capture sizes (`VllmConfig._set_cudagraph_sizes`, vllm/config/vllm.py @000fc94b): up to
+/// the file's `cuda_graph_max_bs`, which `kbench vllm-args` passes as
+/// `--max-cudagraph-capture-size`, or vLLM's default, room for twice `max_num_seqs` uniform
+/// decodes of `1 + num_speculative_tokens` tokens each, at most 512 (1,024 on compute
+/// capability 10.x, the B200 and B300, since vllm-project/vllm#49390); never more than the
+/// token budget. The largest size vLLM then captures is the bound: a batch of more tokens
+/// runs without a graph (`CudagraphDispatcher` returns `CUDAGraphMode.NONE`). The rule has
+/// moved between releases (v0.11 had no `1 + K` factor; vllm-project/vllm#50488 raised the
+/// ceiling for a month, #54418 restored it); kbench follows @000fc94b.
 pub fn cudagraph_capture_size(exp: &Experiment, profile: &HardwareProfile) -> u32 {
     let budget = batched_tokens(exp, profile);
     let query_len = if exp.speculative.is_speculative() {
@@ -88,38 +90,68 @@ pub fn cudagraph_capture_size(exp: &Experiment, profile: &HardwareProfile) -> u3
     } else {
         1
     };
-    match exp.file.server.cuda_graph_max_bs {
-        Some(0) => 0,
-        Some(size) => {
-            let size = size.min(budget);
-            // vLLM captures its grid up to the size (and the budget itself where it fits),
-            // so a size off the grid falls to the grid step below (vllm-project/vllm#54933)
-            if size == budget {
-                size
-            } else {
-                capture_grid_floor(size)
-            }
-        }
+    let (max, uniform_decodes) = match exp.file.server.cuda_graph_max_bs {
+        Some(0) => return 0,
+        Some(size) => (size.min(budget), Vec::new()),
         None => {
             let ceiling = match profile.gpu.compute_capability.as_ref() {
                 Some(cc) if cc.value.floor() == 10.0 => 1024,
                 _ => 512,
             };
-            let widest_decode = max_running_requests(exp, profile).saturating_mul(query_len);
-            let size = widest_decode.saturating_mul(2).min(ceiling).min(budget);
-            // the default also captures the uniform decode of every running request where it
-            // fits, off the grid or not
-            capture_grid_floor(size).max(widest_decode.min(size))
+            let seqs = max_running_requests(exp, profile);
+            let max = seqs
+                .saturating_mul(query_len)
+                .saturating_mul(2)
+                .min(ceiling)
+                .min(budget);
+            // the default also captures uniform decodes of a grid of request counts, so a
+            // speculative decode need not land on the token grid
+            let decodes = if query_len > 1 {
+                request_counts(seqs.min(ceiling))
+                    .into_iter()
+                    .map(|n| n * query_len)
+                    .filter(|&t| t <= max)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (max, decodes)
         }
+    };
+    let mut sizes = token_grid(max);
+    if budget <= max {
+        sizes.push(budget);
     }
+    sizes.extend(uniform_decodes);
+    if query_len > 1 {
+        // full decode graphs replay whole uniform decodes only: every size is rounded up to
+        // a multiple of 1 + K and those past the bound dropped
+        // (`CompilationConfig.adjust_cudagraph_sizes_for_spec_decode`)
+        sizes = sizes
+            .into_iter()
+            .map(|s| s.div_ceil(query_len) * query_len)
+            .filter(|&s| s <= max)
+            .collect();
+    }
+    sizes.into_iter().max().unwrap_or(0)
 }
 
-/// The largest of vLLM's default capture sizes (1, 2, 4, then every 8 tokens below 256 and
-/// every 16 from 256) that is at most `size`.
-fn capture_grid_floor(size: u32) -> u32 {
-    match size {
-        0..=7 => [4, 2, 1, 0].into_iter().find(|&g| g <= size).unwrap_or(0),
-        8..=255 => size / 8 * 8,
-        _ => 256 + (size - 256) / 16 * 16,
+/// vLLM's default capture sizes in tokens up to `max`: 1, 2, 4, then every 8 below 256 and
+/// every 16 from 256. An explicit maximum off this grid falls to the step below
+/// (vllm-project/vllm#54933).
+fn token_grid(max: u32) -> Vec<u32> {
+    let mut sizes: Vec<u32> = [1, 2, 4].into_iter().filter(|&s| s <= max).collect();
+    sizes.extend((8..=max.min(255)).step_by(8));
+    if max >= 256 {
+        sizes.extend((256..=max).step_by(16));
     }
+    sizes
+}
+
+/// The request counts whose uniform decodes vLLM's default captures: 1, 2, 4, every 8 below
+/// 256, every 16 from 256, and `max_reqs` itself.
+fn request_counts(max_reqs: u32) -> Vec<u32> {
+    let mut counts = token_grid(max_reqs);
+    counts.push(max_reqs);
+    counts
 }

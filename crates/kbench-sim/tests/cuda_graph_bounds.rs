@@ -84,6 +84,35 @@ fn sglang_graphs_more_requests_on_larger_gpus_and_wider_tp() {
     }
     let set = llama(SGLANG, 8, "cuda_graph_max_bs = 96", "");
     assert_eq!(cuda_graph_max_bs(&set, &h100()), 96);
+    // a value off the runner's batch-size grid falls to the step below it, on the plain grid
+    // (every 8 to 256) and on the speculative one (every 4 from 40 to 64)
+    let off_grid = llama(SGLANG, 8, "cuda_graph_max_bs = 100", "");
+    assert_eq!(cuda_graph_max_bs(&off_grid, &h100()), 96);
+    let eagle3 = "[draft]\npreset = \"llama-3.1-8b-eagle3\"\n[speculative]\nalgorithm = \"EAGLE3\"\nnum_steps = 3\neagle_topk = 1\nnum_draft_tokens = 4";
+    let at_62 =
+        |spec: &str| cuda_graph_max_bs(&llama(SGLANG, 8, "cuda_graph_max_bs = 62", spec), &h100());
+    assert_eq!(at_62(""), 56);
+    assert_eq!(at_62(eagle3), 60);
+    // --disable-cuda-graph graphs nothing
+    let none = llama(SGLANG, 8, "cuda_graph_max_bs = 0", "");
+    assert_eq!(cuda_graph_max_bs(&none, &h100()), 0);
+}
+
+#[test]
+fn sglang_reserves_memory_for_the_graphs_it_would_capture() {
+    let h100 = h100();
+    let fraction = |server: &str| {
+        let e = llama(SGLANG, 8, server, "");
+        kbench_sim::kv::default_mem_fraction_static(&e, &h100, Some(8192))
+    };
+    // 2 MiB a graphed request: 32 requests fewer than the default of 512 free 960 MiB, but
+    // the reserve never falls below 10 GiB on a GPU over 60 GiB
+    let default = fraction("");
+    assert!(fraction("cuda_graph_max_bs = 32") >= default);
+    // --disable-cuda-graph keeps the default's reserve, as SGLang's memory settings do
+    assert_eq!(fraction("cuda_graph_max_bs = 0"), default);
+    // a larger bound than the default reserves more
+    assert!(fraction("cuda_graph_max_bs = 4096") < default);
 }
 
 #[test]
@@ -106,6 +135,25 @@ fn vllm_bounds_tokens_by_its_sequences_drafts_gpu_and_budget() {
     // never past the token budget
     let budget = llama("\"vllm\"\nmax_num_batched_tokens = 300", 1, "", "");
     assert_eq!(cudagraph_capture_size(&budget, &h100), 300);
+    // the budget binds before twice the sequences do: vLLM captures the budget itself
+    let narrow_budget = llama(
+        "\"vllm\"\nmax_num_batched_tokens = 150",
+        1,
+        "max_running_requests = 100",
+        "",
+    );
+    assert_eq!(cudagraph_capture_size(&narrow_budget, &h100), 150);
+    // with speculation every size is a whole number of uniform decodes: K = 2 gives 504
+    // (168 requests of 3 tokens), not 512
+    let ngram_k2 = "[speculative]\nmethod = \"ngram\"\nnum_speculative_tokens = 2";
+    assert_eq!(
+        cudagraph_capture_size(&llama(VLLM, 1, "", ngram_k2), &h100),
+        504
+    );
+    assert_eq!(
+        cudagraph_capture_size(&llama(VLLM, 1, "", NGRAM_K3), &h100),
+        512
+    );
 }
 
 #[test]
