@@ -180,7 +180,13 @@ fn http_through_kbench_serve_sim_reproduces_the_simulators_throughput() {
     with_url.push(url(&server.addr));
     with_url.push("backend.http.flush_cache=false".into());
     let http_exp = load(Path::new(&exp_file), &with_url);
-    let measured = run(kbench_http::open(&http_exp).unwrap().as_mut(), &http_exp);
+    let mut http = kbench_http::open(&http_exp).unwrap();
+    let measured = run(http.as_mut(), &http_exp);
+    // the report says the bound the server reports, here the one the simulator served
+    assert_eq!(
+        http.cuda_graph_bound(),
+        Some(kbench_core::backend::CudaGraphBound::Requests(512))
+    );
     for (p, m) in predicted.iter().zip(&measured) {
         let got = m.metrics.output_throughput / speed;
         let want = p.metrics.output_throughput;

@@ -290,6 +290,11 @@ impl Backend for HttpBackend {
         self.notice = Some(notice);
     }
 
+    /// The server's own bound, where it says one.
+    fn cuda_graph_bound(&self) -> Option<kbench_core::backend::CudaGraphBound> {
+        self.server.as_ref().and_then(|f| f.cuda_graph_bound)
+    }
+
     fn start_level(&mut self, _concurrency: u32) -> Result<Box<dyn Session + '_>, BackendError> {
         if let Err(e) = self.ready() {
             self.keep_log();

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use kbench_core::backend::CudaGraphBound;
 use kbench_core::experiment::{Algorithm, Experiment};
 
 use crate::client::Client;
@@ -58,6 +59,10 @@ pub struct ServerFacts {
     pub speculative: Option<Option<(u64, u64, u64)>>,
     /// What `/v1/models` lists (empty where it does not answer).
     pub models: Vec<String>,
+    /// The largest forward it replays from a CUDA graph, where it says: SGLang's
+    /// `cuda_graph_max_bs` (0 with `disable_cuda_graph`), vLLM's `max_cudagraph_capture_size`
+    /// (development mode).
+    pub cuda_graph_bound: Option<CudaGraphBound>,
 }
 
 impl ServerFacts {
@@ -108,20 +113,28 @@ pub async fn facts(client: &Client) -> Result<ServerFacts, HttpError> {
                     v["speculative_num_draft_tokens"].as_u64().unwrap_or(0),
                 )
             });
+            let cuda_graph_bound = if v["disable_cuda_graph"].as_bool() == Some(true) {
+                Some(CudaGraphBound::Requests(0))
+            } else {
+                v["cuda_graph_max_bs"]
+                    .as_u64()
+                    .map(|n| CudaGraphBound::Requests(n.min(u32::MAX as u64) as u32))
+            };
             return Ok(ServerFacts {
                 engine: Engine::Sglang,
                 version: v["version"].as_str().map(str::to_string),
                 method: v["speculative_algorithm"].as_str().map(str::to_string),
                 speculative: Some(spec),
                 models,
+                cuda_graph_bound,
             });
         }
     }
     if let Ok((200, v)) = client.json("GET", "/version", None, SHORT).await {
         if let Some(version) = v["version"].as_str() {
-            let (method, speculative) = match vllm_config_speculative(client).await {
-                Some((method, spec)) => (method, Some(spec)),
-                None => (None, vllm_speculative(client).await),
+            let (method, speculative, cuda_graph_bound) = match vllm_config(client).await {
+                Some(c) => (c.method, Some(c.speculative), c.cuda_graph_bound),
+                None => (None, vllm_speculative(client).await, None),
             };
             return Ok(ServerFacts {
                 engine: Engine::Vllm,
@@ -129,6 +142,7 @@ pub async fn facts(client: &Client) -> Result<ServerFacts, HttpError> {
                 method,
                 speculative,
                 models,
+                cuda_graph_bound,
             });
         }
     }
@@ -138,29 +152,44 @@ pub async fn facts(client: &Client) -> Result<ServerFacts, HttpError> {
         method: None,
         speculative: None,
         models,
+        cuda_graph_bound: None,
     })
+}
+
+/// What vLLM's own config says, where its development mode serves it.
+struct VllmConfigFacts {
+    method: Option<String>,
+    speculative: Option<(u64, u64, u64)>,
+    cuda_graph_bound: Option<CudaGraphBound>,
 }
 
 /// vLLM's own config, where its development mode (`VLLM_SERVER_DEV_MODE=1`) serves it:
 /// `/server_info?config_format=json` has `vllm_config.speculative_config` with the method
-/// and `num_speculative_tokens` (vllm/entrypoints/serve/dev/server_info/api_router.py).
-async fn vllm_config_speculative(
-    client: &Client,
-) -> Option<(Option<String>, Option<(u64, u64, u64)>)> {
+/// and `num_speculative_tokens`, and `compilation_config.max_cudagraph_capture_size`
+/// (vllm/entrypoints/serve/dev/server_info/api_router.py).
+async fn vllm_config(client: &Client) -> Option<VllmConfigFacts> {
     let (status, v) = client
         .json("GET", "/server_info?config_format=json", None, SHORT)
         .await
         .ok()?;
     let config = v.get("vllm_config").filter(|_| status == 200)?;
+    let cuda_graph_bound = config["compilation_config"]["max_cudagraph_capture_size"]
+        .as_u64()
+        .map(|n| CudaGraphBound::Tokens(n.min(u32::MAX as u64) as u32));
     let spec = &config["speculative_config"];
     if spec.is_null() {
-        return Some((None, None));
+        return Some(VllmConfigFacts {
+            method: None,
+            speculative: None,
+            cuda_graph_bound,
+        });
     }
     let k = spec["num_speculative_tokens"].as_u64()?;
-    Some((
-        spec["method"].as_str().map(str::to_string),
-        Some((k, 1, k + 1)),
-    ))
+    Some(VllmConfigFacts {
+        method: spec["method"].as_str().map(str::to_string),
+        speculative: Some((k, 1, k + 1)),
+        cuda_graph_bound,
+    })
 }
 
 /// Elsewhere vLLM shows its speculative settings only in `/metrics`: the `spec_decode`
@@ -337,6 +366,7 @@ mod tests {
             method: None,
             speculative: Some(None),
             models: models.iter().map(|m| m.to_string()).collect(),
+            cuda_graph_bound: None,
         }
     }
 
