@@ -196,8 +196,7 @@ pub trait Backend {
 /// runner captures one graph per batch size), vLLM in tokens (`--max-cudagraph-capture-size`,
 /// its dispatcher runs a batch of more tokens than the largest capture size without a graph),
 /// so a speculative vLLM batch of `n` requests needs `n x (1 + K)` tokens of graph.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase", tag = "unit", content = "max")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CudaGraphBound {
     Requests(u32),
     Tokens(u32),

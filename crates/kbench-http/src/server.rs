@@ -118,7 +118,7 @@ pub async fn facts(client: &Client) -> Result<ServerFacts, HttpError> {
             } else {
                 v["cuda_graph_max_bs"]
                     .as_u64()
-                    .map(|n| CudaGraphBound::Requests(n.min(u32::MAX as u64) as u32))
+                    .map(|n| CudaGraphBound::Requests(u32::try_from(n).unwrap_or(u32::MAX)))
             };
             return Ok(ServerFacts {
                 engine: Engine::Sglang,
@@ -175,7 +175,7 @@ async fn vllm_config(client: &Client) -> Option<VllmConfigFacts> {
     let config = v.get("vllm_config").filter(|_| status == 200)?;
     let cuda_graph_bound = config["compilation_config"]["max_cudagraph_capture_size"]
         .as_u64()
-        .map(|n| CudaGraphBound::Tokens(n.min(u32::MAX as u64) as u32));
+        .map(|n| CudaGraphBound::Tokens(u32::try_from(n).unwrap_or(u32::MAX)));
     let spec = &config["speculative_config"];
     if spec.is_null() {
         return Some(VllmConfigFacts {

@@ -165,7 +165,7 @@ pub fn default_mem_fraction_static(
         reserved = reserved.max(10.0 * 1024.0);
     }
     // an EAGLE or MTP draft and its graphs; the n-gram proposer has neither
-    if exp.speculative.is_speculative() && exp.speculative.algorithm.drafts_on_gpu() {
+    if exp.speculative.algorithm.drafts_on_gpu() {
         reserved += 2.0 * 1024.0;
     }
     ((gpu - reserved) / gpu * 1000.0).round() / 1000.0

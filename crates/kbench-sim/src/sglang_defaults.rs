@@ -25,31 +25,18 @@ pub(crate) fn chunked_prefill_size(profile: &HardwareProfile) -> u32 {
 /// `--cuda-graph-max-bs` when unset: larger on larger GPUs, and at TP 4 or more, where the
 /// graphs' memory is spread over more ranks.
 fn default_cuda_graph_max_bs(gpu_mib: f64, tp: u32) -> u32 {
-    let wide = tp >= 4;
-    match gpu_mib {
-        m if m < 20.0 * 1024.0 => 8,
-        m if m < 35.0 * 1024.0 => {
-            if wide {
-                80
-            } else {
-                24
-            }
-        }
-        m if m < 60.0 * 1024.0 => {
-            if wide {
-                160
-            } else {
-                32
-            }
-        }
-        m if m < 160.0 * 1024.0 => {
-            if wide {
-                512
-            } else {
-                256
-            }
-        }
-        _ => 512,
+    // (below TP 4, from TP 4)
+    let (narrow, wide) = match gpu_mib {
+        m if m < 20.0 * 1024.0 => (8, 8),
+        m if m < 35.0 * 1024.0 => (24, 80),
+        m if m < 60.0 * 1024.0 => (32, 160),
+        m if m < 160.0 * 1024.0 => (256, 512),
+        _ => (512, 512),
+    };
+    if tp >= 4 {
+        wide
+    } else {
+        narrow
     }
 }
 

@@ -13,7 +13,8 @@
 //! cannot get its slots retracts requests (fewest output tokens first, then longest prompt)
 //! back to the front of the queue; they are prefilled again (prompt + output so far) later.
 
-use kbench_core::backend::BackendError;
+use kbench_core::backend::{BackendError, CudaGraphBound};
+use kbench_core::experiment::Experiment;
 
 use super::Scheduler;
 use crate::cost::PrefillPart;
@@ -21,6 +22,7 @@ use crate::kv::{
     INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO_FACTOR, NEW_TOKEN_RATIO_DECAY_STEPS,
     RETRACT_DECODE_STEPS,
 };
+use crate::profile::HardwareProfile;
 use crate::sim::{fail, record_chunk, Live, SimSession};
 
 pub(crate) struct Sglang;
@@ -49,14 +51,8 @@ impl Scheduler for Sglang {
     }
 
     /// SGLang captures one graph per batch size, for decode and for every speculative pass.
-    fn graph_bound(
-        &self,
-        exp: &kbench_core::experiment::Experiment,
-        profile: &crate::profile::HardwareProfile,
-    ) -> kbench_core::backend::CudaGraphBound {
-        kbench_core::backend::CudaGraphBound::Requests(crate::sglang_defaults::cuda_graph_max_bs(
-            exp, profile,
-        ))
+    fn graph_bound(&self, exp: &Experiment, profile: &HardwareProfile) -> CudaGraphBound {
+        CudaGraphBound::Requests(crate::sglang_defaults::cuda_graph_max_bs(exp, profile))
     }
 }
 

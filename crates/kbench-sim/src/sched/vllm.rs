@@ -7,10 +7,12 @@
 //! cannot get its slot the most recently admitted request is preempted (its KV freed, to be
 //! recomputed from the front of the queue), as vLLM's FCFS policy does.
 
-use kbench_core::backend::{BackendError, Nanos};
+use kbench_core::backend::{BackendError, CudaGraphBound, Nanos};
+use kbench_core::experiment::Experiment;
 
 use super::Scheduler;
 use crate::cost::{PrefillPart, VllmStep};
+use crate::profile::HardwareProfile;
 use crate::sim::{fail, record_chunk, Live, SimSession};
 
 pub(crate) struct Vllm;
@@ -30,14 +32,8 @@ impl Scheduler for Vllm {
 
     /// vLLM captures graphs by tokens: a uniform decode of n requests with K drafts each is
     /// n x (1 + K) tokens.
-    fn graph_bound(
-        &self,
-        exp: &kbench_core::experiment::Experiment,
-        profile: &crate::profile::HardwareProfile,
-    ) -> kbench_core::backend::CudaGraphBound {
-        kbench_core::backend::CudaGraphBound::Tokens(crate::vllm_defaults::cudagraph_capture_size(
-            exp, profile,
-        ))
+    fn graph_bound(&self, exp: &Experiment, profile: &HardwareProfile) -> CudaGraphBound {
+        CudaGraphBound::Tokens(crate::vllm_defaults::cudagraph_capture_size(exp, profile))
     }
 }
 
