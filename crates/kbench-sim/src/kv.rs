@@ -75,12 +75,13 @@ pub fn chunked_prefill_size(exp: &Experiment, profile: &HardwareProfile) -> Opti
     }
 }
 
-/// vLLM's `--gpu-memory-utilization` when unset (vllm/config/cache.py). Its KV cache is
-/// that share less the weights, what its profile run allocates and keeps, and that run's
+/// vLLM's `--gpu-memory-utilization` when unset: 0.92 in vLLM 0.32 (`CacheConfig`, vllm/config/
+/// cache.py: "If unspecified, will use the default value of 0.92"; earlier releases used 0.9,
+/// so a file for one sets `mem_fraction_static`). Its KV cache is that share less the weights, what its profile run allocates and keeps, and that run's
 /// transient peak; kbench deducts the fused-MoE workspace the run keeps
 /// ([`vllm_moe_workspace_bytes`]) and the sampler's part of the peak
 /// ([`vllm_sampler_profile_bytes`]).
-pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.92;
 
 /// Bytes per logit (one request's row times the vocabulary) live at the peak of the sampler
 /// pass that closes vLLM's profile run (`GPUModelRunner._dummy_sampler_run`, vLLM 0.32): the

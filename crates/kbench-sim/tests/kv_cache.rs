@@ -302,7 +302,8 @@ fn engine_settings_that_do_not_apply_are_refused() {
     }
 }
 
-/// vLLM sizes its cache from `--gpu-memory-utilization` (0.9 unless set), not SGLang's
+/// vLLM sizes its cache from `--gpu-memory-utilization` (0.92 unless set, vLLM 0.32's
+/// `CacheConfig` default), not SGLang's
 /// per-GPU default, and will not start unless one request of max_model_len fits it.
 #[test]
 fn vllm_sizes_its_cache_at_its_own_default_and_needs_room_for_max_model_len() {
@@ -315,7 +316,7 @@ fn vllm_sizes_its_cache_at_its_own_default_and_needs_room_for_max_model_len() {
     .unwrap();
     let h200 = plain_experiment("", vllm, workload, benchmark);
     let pool = kbench_sim::kv::kv_pool(&h200, &profile, ModelRunner::V1).unwrap();
-    assert_eq!(pool.mem_fraction_static, 0.9);
+    assert_eq!(pool.mem_fraction_static, 0.92);
     assert!(
         pool.mem_fraction_origin.contains("vLLM"),
         "{}",
@@ -329,7 +330,7 @@ fn vllm_sizes_its_cache_at_its_own_default_and_needs_room_for_max_model_len() {
     assert_eq!(sglang_pool.held_back_bytes(), 0.0);
 
     // Kimi-K2.5's 262,144-token context needs 17 GiB of BF16 KV per GPU on the RTX PRO 6000
-    // box, where 0.9 leaves about 11 once vLLM's profile run has held back its part
+    // box, where 0.92 leaves about 13 once vLLM's profile run has held back its part
     let on_rtx = |server: &str| {
         let text = format!(
             "name = \"t\"\nseed = 11\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-rtx-pro-6000-server\"\n\

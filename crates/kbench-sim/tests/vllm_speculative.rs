@@ -69,3 +69,57 @@ fn uniform_vllm_step_is_a_chain_round() {
     let chain = cost.round_ns(8, 2000.0, Some(&e.speculative)).unwrap();
     assert_eq!(vllm, chain);
 }
+
+/// Mean TTFT at C=1 of one variant with prompts of `prompt` tokens and no prefix cache.
+fn ttft_ms(name: &str, prompt: u32) -> f64 {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/vllm_eagle3.toml");
+    let set = [
+        "benchmark.concurrency=[1]".to_string(),
+        "benchmark.requests_per_level=2".to_string(),
+        "benchmark.warmup_requests=0".to_string(),
+        "workload.max_tokens=4".to_string(),
+        format!("workload.input_len={prompt}"),
+        "server.prefix_caching=false".to_string(),
+        "engine.max_num_batched_tokens=8192".to_string(),
+    ];
+    let e = load_experiment(&path, &set)
+        .unwrap()
+        .into_iter()
+        .find(|v| v.name.as_deref() == Some(name))
+        .unwrap()
+        .experiment;
+    let mut b = SimBackend::new(&e, acceptance_for(&e).unwrap()).unwrap();
+    let (levels, _) = kbench_sim::predict::run(&e, &mut b).unwrap();
+    levels[0].metrics.mean_ttft_ms
+}
+
+#[test]
+fn every_chunk_of_a_long_prompt_pays_the_drafts_prefill() {
+    // vLLM's runner proposes on every step that fits the drafter, a step carrying only a
+    // prompt's chunk too: the draft needs the chunk's KV (GPUModelRunner.sample_tokens).
+    let e = exp("eagle3-k3");
+    let b = SimBackend::new(&e, acceptance_for(&e).unwrap()).unwrap();
+    let cost = b.cost_model();
+    let chunk_only = |drafting: u32| {
+        let step = kbench_sim::VllmStep {
+            decode_requests: 0,
+            decode_tokens: 0,
+            drafting_requests: drafting,
+            ctx: 0.0,
+        };
+        let part = kbench_sim::cost::PrefillPart {
+            new_tokens: 8192,
+            cached: 8192,
+        };
+        cost.vllm_step_ns(&step, &[part], Some(&e.speculative))
+            .unwrap()
+    };
+    let draft_per_chunk_ms = (chunk_only(1) - chunk_only(0)) as f64 / 1e6;
+    assert!(draft_per_chunk_ms > 1.0, "{draft_per_chunk_ms} ms");
+    // a 32,768-token prompt is four 8,192-token chunks, and EAGLE-3 adds the draft to each
+    let added = ttft_ms("eagle3-k3", 32768) - ttft_ms("plain", 32768);
+    assert!(
+        added > 3.5 * draft_per_chunk_ms && added < 6.0 * draft_per_chunk_ms,
+        "EAGLE-3 adds {added:.1} ms to the TTFT, {draft_per_chunk_ms:.1} ms a chunk"
+    );
+}

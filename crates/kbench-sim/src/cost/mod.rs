@@ -198,7 +198,8 @@ pub struct CostModel {
 }
 
 /// What a vLLM step decodes: requests, the tokens they verify (1 + drafts each), the
-/// requests the proposer drafts for afterwards, and the decodes' mean context.
+/// requests the proposer drafts for afterwards (every request in the step, those still
+/// chunking their prompt included), and the decodes' mean context.
 #[derive(Debug, Clone, Copy)]
 pub struct VllmStep {
     pub decode_requests: u32,
@@ -659,8 +660,12 @@ impl CostModel {
     /// proposer): the decode requests' `decode_tokens` (1 + their drafts each) are verified
     /// in the target forward beside the prefill `parts`; with a GPU draft the proposer then
     /// runs one pass over the target-shaped batch and K - 1 one-token passes over the
-    /// `drafting_requests` (every request that sampled a token). A uniform decode step (no
-    /// parts, every request verifying K + 1 tokens) is exactly a chain round.
+    /// `drafting_requests`. It runs on every step, one that only carries a prompt's chunk
+    /// too: the draft needs that chunk's KV, and the drafts of a request still chunking are
+    /// computed and thrown away (`GPUModelRunner.sample_tokens` proposes whenever the batch
+    /// fits the drafter; the proposer's batch is `common_attn_metadata.batch_size()`, every
+    /// request in the step; vLLM 0.32). A uniform decode step (no parts, every request
+    /// verifying K + 1 tokens) is exactly a chain round.
     pub fn vllm_step_ns(
         &self,
         step: &VllmStep,
@@ -683,6 +688,7 @@ impl CostModel {
             return self.round_ns(bs, ctx, spec.filter(|_| drafted));
         }
         let chunk: u32 = parts.iter().map(|p| p.new_tokens).sum();
+        let gpu_draft = spec.is_some_and(|s| s.is_speculative() && s.algorithm.drafts_on_gpu());
         let mut gpu = 0.0;
         if !parts.is_empty() {
             gpu +=
@@ -692,7 +698,7 @@ impl CostModel {
                     parts.len() as u32,
                     0.0,
                 )?
-                .2 + self.cached_context_attention_us(parts, false)?;
+                .2 + self.cached_context_attention_us(parts, gpu_draft)?;
         }
         if bs > 0 {
             let kind = if drafted {
@@ -710,7 +716,7 @@ impl CostModel {
             }
         }
         let spec = spec.filter(|s| s.is_speculative());
-        if let Some(s) = spec.filter(|s| s.algorithm.drafts_on_gpu() && drafting_requests > 0) {
+        if let Some(s) = spec.filter(|_| gpu_draft && drafting_requests > 0) {
             let rows = chunk + decode_tokens;
             let first = if parts.is_empty() {
                 PassKind::DraftExtend

@@ -243,7 +243,7 @@ fn step(s: &mut SimSession<'_>) -> Result<(), BackendError> {
                 &VllmStep {
                     decode_requests: decode_bs,
                     decode_tokens,
-                    drafting_requests: decode_bs + done.len() as u32,
+                    drafting_requests: decode_bs + parts.len() as u32,
                     ctx,
                 },
                 &parts,
