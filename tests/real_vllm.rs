@@ -472,3 +472,100 @@ fn vllms_benchmark_client_drives_kbench_serve() {
         .unwrap_or(0.0);
     assert!((1.0..=4.0).contains(&al), "{text}");
 }
+
+/// What `scripts/vllm_parse_args.py` says of `lines`, run by the vLLM install's python:
+/// (exit code, one JSON verdict per line, stderr).
+fn vllms_own_parser(lines: &str) -> (i32, Vec<Value>, String) {
+    let python = vllm_bin().with_file_name("python");
+    let mut child = Command::new(python)
+        .arg(common::repo_root().join("scripts/vllm_parse_args.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the vLLM install's python runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let verdicts = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (
+        out.status.code().unwrap_or(-1),
+        verdicts,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every line `kbench vllm-args` prints for the shipped vLLM experiments, the corpus's vLLM
+/// deployments and a few settings they leave out (n-gram with its window, graphs off, a
+/// token budget) is accepted by vLLM's own `vllm serve` parser, its engine arguments, its
+/// speculative methods and keys, and its compilation config; a flag vLLM lacks is not.
+#[test]
+#[ignore = "needs a real vLLM: scripts/real-vllm.sh installs it and runs these"]
+fn vllm_args_lines_are_what_vllm_serve_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = common::repo_root();
+    let extra = dir.path().join("more.toml");
+    std::fs::write(
+        &extra,
+        r#"name = "more"
+seed = 3
+[model]
+preset = "llama-3.1-8b"
+[hardware]
+preset = "h200"
+[engine]
+name = "vllm"
+max_num_batched_tokens = 4096
+[server]
+tp_size = 1
+cuda_graph_max_bs = 0
+max_model_len = 8192
+[speculative]
+method = "ngram"
+num_speculative_tokens = 4
+prompt_lookup_min = 2
+prompt_lookup_max = 4
+[workload]
+max_tokens = 64
+input_len = 512
+[benchmark]
+concurrency = [1]
+requests_per_level = 2
+"#,
+    )
+    .unwrap();
+    let mut files = vec![root.join("experiments/vllm_eagle3.toml"), extra];
+    let mut corpus: Vec<PathBuf> = std::fs::read_dir(root.join("data/validation/experiments"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    corpus.sort();
+    files.extend(corpus);
+    let mut lines = String::new();
+    for file in &files {
+        let (code, out, err) = common::kbench(dir.path(), &["vllm-args", file.to_str().unwrap()]);
+        assert_eq!(code, 0, "{}: {err}", file.display());
+        lines.push_str(&out);
+    }
+    let (code, verdicts, err) = vllms_own_parser(&lines);
+    let rejected: Vec<&Value> = verdicts.iter().filter(|v| v["ok"] != true).collect();
+    assert!(rejected.is_empty(), "{rejected:#?}\n{err}");
+    assert_eq!(code, 0, "{err}");
+    assert!(verdicts.len() >= files.len() + 4, "{verdicts:#?}");
+    let (code, verdicts, _) = vllms_own_parser("vllm serve m --max-num-seqs 4 --draft-depth 3\n");
+    assert_eq!(code, 1);
+    assert!(
+        verdicts[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("unrecognized arguments: --draft-depth"),
+        "{verdicts:?}"
+    );
+}
