@@ -427,3 +427,23 @@ fn a_pool_token_costs_what_the_engine_keeps_per_token() {
     let without = kbench_sim::kv::target_bytes_per_token(&dense, 8, dtype);
     assert_eq!(with_keys - without, 57 * 128 * 2);
 }
+
+#[test]
+fn vllm_admits_a_long_prompt_only_when_all_of_it_fits() {
+    // two 30k-token prompts, a 40k-token pool and an 8k budget: the second one's first chunk
+    // fits beside the first prompt, all of it does not, so vLLM 0.32 keeps it waiting
+    // (`scheduler_reserve_full_isl`) rather than admit it and preempt it when the cache
+    // runs out
+    let exp = plain_experiment(
+        "max_total_tokens = 40000\nprefix_caching = false",
+        "[engine]\nname = \"vllm\"\nmax_num_batched_tokens = 8192",
+        "max_tokens = 16\ninput_len = 30000",
+        "concurrency = [2]\nrequests_per_level = 4\nwarmup_requests = 0",
+    );
+    let mut b = SimBackend::new(&exp, None).unwrap();
+    let levels = run_levels(&mut b, &load_plan(&exp).keeping_records(), &mut NoProgress).unwrap();
+    let m = &levels[0].metrics;
+    assert_eq!(m.completed, 4);
+    assert_eq!(m.num_retractions, Some(0));
+    assert!(m.peak_kv_cache_usage.unwrap() <= 1.0);
+}

@@ -205,7 +205,10 @@ fn step(s: &mut SimSession<'_>) -> Result<(), BackendError> {
         let extend = next.fill_len() - hit;
         let n = extend.min(budget);
         let need = n as u64 + (n == extend) as u64;
-        if need > free {
+        // the whole prompt must fit what is free, though only its first chunk is taken now
+        // (`scheduler_reserve_full_isl`, vLLM 0.32's default: `KVCacheManager.allocate_slots`
+        // with `full_sequence_must_fit`), so a long prompt is not admitted to be preempted
+        if need > free || extend as u64 > free {
             break;
         }
         let Some(mut r) = s.waiting.pop_front() else {
