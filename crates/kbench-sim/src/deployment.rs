@@ -24,6 +24,7 @@ pub fn check_deployment(exp: &Experiment) -> Result<(), SimError> {
         }
         ServingEngineKind::Sglang => ModelRunner::V1,
     };
+    crate::vllm_defaults::check_capture_size(exp, &profile, runner)?;
     crate::kv::kv_pool(exp, &profile, runner).map(drop)
 }
 

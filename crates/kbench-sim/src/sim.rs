@@ -86,6 +86,7 @@ impl SimBackend {
             SimError::Model(m) => SimError::Model(format!("{}: {m}", exp.path.display())),
             e => e,
         };
+        crate::vllm_defaults::check_capture_size(exp, &profile, engine.memory.model_runner)?;
         let kv = crate::kv::kv_pool(exp, &profile, engine.memory.model_runner)?;
         let max_num_batched_tokens = crate::vllm_defaults::batched_tokens(exp, &profile);
         let max_running = crate::vllm_defaults::max_running_requests(exp, &profile);

@@ -6,6 +6,8 @@
 
 use kbench_core::experiment::{Experiment, ServingEngineKind, DEFAULT_MAX_RUNNING_REQUESTS};
 
+use crate::engine_profile::ModelRunner;
+use crate::error::SimError;
 use crate::profile::HardwareProfile;
 
 /// The three rows of vLLM's table, for the API server (`vllm serve`), not the offline `LLM`
@@ -134,6 +136,37 @@ pub fn cudagraph_capture_size(exp: &Experiment, profile: &HardwareProfile) -> u3
             .collect();
     }
     sizes.into_iter().max().unwrap_or(0)
+}
+
+/// Whether vLLM would start with the file's capture size. With speculation its V1 model
+/// runner rounds every capture size up to whole `1 + K`-token decodes, and a maximum below
+/// one such decode leaves none: it refuses to start
+/// (`CompilationConfig.adjust_cudagraph_sizes_for_spec_decode`, vLLM 0.32; Model Runner V2
+/// sizes its graphs elsewhere and does not round).
+pub fn check_capture_size(
+    exp: &Experiment,
+    profile: &HardwareProfile,
+    runner: ModelRunner,
+) -> Result<(), SimError> {
+    if exp.engine.kind != ServingEngineKind::Vllm
+        || !exp.speculative.is_speculative()
+        || runner != ModelRunner::V1
+    {
+        return Ok(());
+    }
+    let query_len = 1 + exp.speculative.shape.num_steps;
+    let Some(size) = exp.file.server.cuda_graph_max_bs.filter(|&n| n > 0) else {
+        return Ok(());
+    };
+    let max = size.min(batched_tokens(exp, profile));
+    if max >= query_len {
+        return Ok(());
+    }
+    Err(SimError::DoesNotFit(format!(
+        "{}: vLLM would not start: No valid cudagraph sizes after rounding to multiple of {query_len} (num_speculative_tokens + 1) please adjust num_speculative_tokens ({}) or max_cudagraph_capture_size ({max}): set server.cuda_graph_max_bs (--max-cudagraph-capture-size) to {query_len} or more, or to 0 for no graphs",
+        exp.path.display(),
+        query_len - 1
+    )))
 }
 
 /// vLLM's default capture sizes in tokens up to `max`: 1, 2, 4, then every 8 below 256 and

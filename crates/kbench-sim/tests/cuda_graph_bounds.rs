@@ -247,3 +247,26 @@ fn the_simulator_and_its_report_use_the_engines_own_bound() {
         Some(CudaGraphBound::Requests(24))
     );
 }
+
+#[test]
+fn vllm_refuses_a_capture_size_below_one_speculative_decode() {
+    use kbench_sim::engine_profile::ModelRunner;
+    use kbench_sim::vllm_defaults::check_capture_size;
+    let with = |size: u32| llama(VLLM, 1, &format!("cuda_graph_max_bs = {size}"), NGRAM_K3);
+    let p = h100();
+    // V1's runner rounds every size up to whole 4-token decodes: 2 leaves none
+    let err = check_capture_size(&with(2), &p, ModelRunner::V1).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("No valid cudagraph sizes after rounding to multiple of 4"),
+        "{err}"
+    );
+    assert!(SimBackend::new(&with(2), kbench_sim::acceptance_for(&with(2)).unwrap()).is_err());
+    for ok in [4, 0] {
+        check_capture_size(&with(ok), &p, ModelRunner::V1).unwrap();
+    }
+    // Model Runner V2 sizes its graphs without that rounding; a plain file has nothing to round
+    check_capture_size(&with(2), &p, ModelRunner::V2).unwrap();
+    let plain = llama(VLLM, 1, "cuda_graph_max_bs = 2", "");
+    check_capture_size(&plain, &p, ModelRunner::V1).unwrap();
+}
