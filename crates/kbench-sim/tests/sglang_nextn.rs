@@ -117,3 +117,29 @@ fn nextn_loads_the_mtp_layer_and_its_cache() {
     };
     assert!((n.weight_bytes - without_projection - eh_proj).abs() < 1.0);
 }
+
+#[test]
+fn the_mtp_layer_attends_to_a_chunks_cached_prompt_too() {
+    // a later chunk of a long prompt attends to the chunks before it in every layer, the MTP
+    // layer among them: what the cache adds to the chunk grows by one layer in 61 with it
+    let chunk_after = |speculative: &str, cached: u32| {
+        let exp = deepseek(speculative);
+        let b = backend(&exp);
+        let part = kbench_sim::cost::PrefillPart {
+            new_tokens: 8192,
+            cached,
+        };
+        b.cost_model()
+            .prefill_parts_ns(&[part], exp.speculative.is_speculative())
+            .unwrap() as f64
+    };
+    let nextn = "algorithm = \"NEXTN\"\nnum_steps = 2\neagle_topk = 1\nnum_draft_tokens = 3\nspec_v2 = true";
+    let plain = "algorithm = \"none\"";
+    let with_mtp = chunk_after(nextn, 65536) - chunk_after(nextn, 0);
+    let without = chunk_after(plain, 65536) - chunk_after(plain, 0);
+    let ratio = with_mtp / without;
+    assert!(
+        (ratio - 62.0 / 61.0).abs() < 0.002,
+        "the cache adds {with_mtp} ns with the MTP layer, {without} ns without"
+    );
+}

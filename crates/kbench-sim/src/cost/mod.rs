@@ -751,7 +751,7 @@ impl CostModel {
         let tp = self.tp;
         let why = format!("prefill attention over {isl:.0} tokens");
         let heads = m.num_heads / tp;
-        let mut us = match (&m.family, &m.mla) {
+        let per_layer = match (&m.family, &m.mla) {
             (ArchFamily::MlaMoe, Some(mla)) => {
                 let qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
                 self.mla_prefill_attention(&p, heads, 1, isl, qk, &why)?.0
@@ -761,7 +761,12 @@ impl CostModel {
                 self.attention_kernel(p.mha_prefill(heads, kv, m.head_dim, 1, isl, &why)?)
                     .0
             }
-        } * m.num_layers as f64;
+        };
+        let mut us = per_layer * m.num_layers as f64;
+        if with_draft && self.draft.is_none() && m.mtp_layers > 0 {
+            // an MTP draft is one more target layer (its draft pass prices it so)
+            us += per_layer;
+        }
         if let (true, Some(d)) = (with_draft, &self.draft) {
             let heads = d.num_heads / tp.min(d.num_heads).max(1);
             us += match &d.mla {
