@@ -1,7 +1,8 @@
 """Read `kbench vllm-args` output on stdin and put every `vllm serve` line through vLLM's
 own command line: the parser `vllm serve` builds (vllm/entrypoints/cli/main.py: a
 FlexibleArgumentParser with ServeSubcommand's subparser, make_arg_parser), the serve
-command's own validation, `AsyncEngineArgs.from_cli_args`, the `--speculative-config` keys
+command's own validation, `AsyncEngineArgs.from_cli_args`, the cache, parallel and scheduler
+configs those arguments build (their own value checks), the `--speculative-config` keys
 against SpeculativeConfig's fields and its `method` against the methods vLLM names, and the
 CompilationConfig the flags build. Nothing is downloaded and no engine starts.
 
@@ -74,6 +75,49 @@ def compilation_problem(engine_args):
     return None
 
 
+def engine_config_problems(engine_args):
+    """The configs `create_engine_config` builds from these arguments that need no model:
+    their own field checks (a fraction above 1, a TP of 0, a token budget below the
+    sequences) run as vLLM's would."""
+    from vllm.config import CacheConfig, ParallelConfig, SchedulerConfig
+
+    def given(**fields):
+        return {k: v for k, v in fields.items() if v is not None}
+
+    ea = engine_args
+    builds = {
+        "CacheConfig": lambda: CacheConfig(
+            **given(
+                gpu_memory_utilization=ea.gpu_memory_utilization,
+                block_size=ea.block_size,
+                cache_dtype=ea.kv_cache_dtype,
+                enable_prefix_caching=ea.enable_prefix_caching,
+            )
+        ),
+        "ParallelConfig": lambda: ParallelConfig(
+            **given(tensor_parallel_size=ea.tensor_parallel_size)
+        ),
+        # a line without --max-model-len leaves it to the checkpoint's context, which is not
+        # here: a long one stands in
+        "SchedulerConfig": lambda: SchedulerConfig(
+            is_encoder_decoder=False,
+            max_model_len=ea.max_model_len or 262144,
+            **given(
+                max_num_batched_tokens=ea.max_num_batched_tokens,
+                max_num_seqs=ea.max_num_seqs,
+                enable_chunked_prefill=ea.enable_chunked_prefill,
+            ),
+        ),
+    }
+    problems = []
+    for name, build in builds.items():
+        try:
+            build()
+        except Exception as e:  # noqa: BLE001 - any refusal is the answer
+            problems.append(f"{name}: {type(e).__name__}: {e}")
+    return problems
+
+
 def check(parser, serve, line):
     from vllm.engine.arg_utils import AsyncEngineArgs
 
@@ -97,7 +141,7 @@ def check(parser, serve, line):
         engine_args = AsyncEngineArgs.from_cli_args(args)
     except Exception as e:  # noqa: BLE001
         return f"from_cli_args: {type(e).__name__}: {e}"
-    problems = []
+    problems = engine_config_problems(engine_args)
     if engine_args.speculative_config is not None:
         problems += speculative_problems(engine_args.speculative_config)
     problem = compilation_problem(engine_args)

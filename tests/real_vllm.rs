@@ -504,8 +504,9 @@ fn vllms_own_parser(lines: &str) -> (i32, Vec<Value>, String) {
 
 /// Every line `kbench vllm-args` prints for the shipped vLLM experiments, the corpus's vLLM
 /// deployments and a few settings they leave out (n-gram with its window, graphs off, a
-/// token budget) is accepted by vLLM's own `vllm serve` parser, its engine arguments, its
-/// speculative methods and keys, and its compilation config; a flag vLLM lacks is not.
+/// token budget) is accepted by vLLM's own `vllm serve` parser, its engine arguments and the
+/// cache, parallel and scheduler configs they build, its speculative methods and keys, and
+/// its compilation config; a flag vLLM lacks, or a value its configs refuse, is not.
 #[test]
 #[ignore = "needs a real vLLM: scripts/real-vllm.sh installs it and runs these"]
 fn vllm_args_lines_are_what_vllm_serve_accepts() {
@@ -559,13 +560,20 @@ requests_per_level = 2
     assert!(rejected.is_empty(), "{rejected:#?}\n{err}");
     assert_eq!(code, 0, "{err}");
     assert!(verdicts.len() >= files.len() + 4, "{verdicts:#?}");
-    let (code, verdicts, _) = vllms_own_parser("vllm serve m --max-num-seqs 4 --draft-depth 3\n");
-    assert_eq!(code, 1);
-    assert!(
-        verdicts[0]["error"]
-            .as_str()
-            .unwrap()
-            .contains("unrecognized arguments: --draft-depth"),
-        "{verdicts:?}"
+    let (code, verdicts, _) = vllms_own_parser(
+        "vllm serve m --max-num-seqs 4 --draft-depth 3\n\
+         vllm serve m --gpu-memory-utilization 1.5\n\
+         vllm serve m --max-num-batched-tokens 10 --max-num-seqs 128\n",
     );
+    assert_eq!(code, 1);
+    let errors: Vec<&str> = verdicts
+        .iter()
+        .map(|v| v["error"].as_str().unwrap())
+        .collect();
+    assert!(
+        errors[0].contains("unrecognized arguments: --draft-depth"),
+        "{errors:?}"
+    );
+    assert!(errors[1].contains("CacheConfig"), "{errors:?}");
+    assert!(errors[2].contains("SchedulerConfig"), "{errors:?}");
 }
