@@ -9,7 +9,8 @@
 //! exact for power laws (a memory-bound GEMM scales linearly in n*k, attention in context),
 //! and never negative. A query outside the measured range is answered (below: the smallest
 //! measured point; above: log-log extrapolation from the last two points, slope clamped to
-//! [0, 1]) and recorded in [`OpTables::flagged`] so a report can show it.
+//! [0, 1], or [0, 2] along a prompt's length for context attention, whose causal FLOPs grow
+//! with its square) and recorded in [`OpTables::flagged`] so a report can show it.
 
 use crate::memo::Memo;
 use std::cell::RefCell;
@@ -199,7 +200,7 @@ impl OpTables {
             origin: self.origin.clone(),
         })?;
         let mut notes = Vec::new();
-        let v = query(node, &x, 0, &mut notes);
+        let v = query(node, &x, 0, &mut notes, max_slopes(op));
         if !notes.is_empty() {
             notes.sort();
             notes.dedup();
@@ -275,7 +276,26 @@ fn build(pts: &[([f64; 3], f64)], axis: usize) -> Node {
     Node::Inner(children)
 }
 
-fn query(node: &Node, x: &[f64; 3], axis: usize, notes: &mut Vec<String>) -> f64 {
+/// The steepest log-log growth an axis may be extrapolated with: linear in every axis (a
+/// GEMM's rows, a batch's requests, a decode's context), but quadratic in the prompt length
+/// of context attention (`mla_ctx`, `attn_ctx`: heads, requests, prompt tokens), where every
+/// token attends to those before it. A measured table ends at 16k-32k tokens with a slope
+/// of about 2 there; clamped to 1, a 128k prompt's attention came out 4x short.
+fn max_slopes(op: &str) -> [f64; 3] {
+    if op.starts_with("mla_ctx/") || op.starts_with("attn_ctx/") {
+        [1.0, 1.0, 2.0]
+    } else {
+        [1.0; 3]
+    }
+}
+
+fn query(
+    node: &Node,
+    x: &[f64; 3],
+    axis: usize,
+    notes: &mut Vec<String>,
+    max_slope: [f64; 3],
+) -> f64 {
     let children = match node {
         Node::Leaf(v) => return *v,
         Node::Inner(c) => c,
@@ -286,7 +306,7 @@ fn query(node: &Node, x: &[f64; 3], axis: usize, notes: &mut Vec<String>) -> f64
         .iter()
         .find(|(k, _)| (k - q).abs() <= 1e-9 * k.abs().max(1.0))
     {
-        return query(c, x, axis + 1, notes);
+        return query(c, x, axis + 1, notes, max_slope);
     }
     let ln = |v: f64| v.max(1e-12).ln();
     let (lo, hi) = (children[0].0, children[n - 1].0);
@@ -300,7 +320,7 @@ fn query(node: &Node, x: &[f64; 3], axis: usize, notes: &mut Vec<String>) -> f64
         } else {
             &children[n - 1].1
         };
-        return query(c, x, axis + 1, notes);
+        return query(c, x, axis + 1, notes, max_slope);
     }
     if q > hi {
         notes.push(format!(
@@ -309,14 +329,20 @@ fn query(node: &Node, x: &[f64; 3], axis: usize, notes: &mut Vec<String>) -> f64
         ));
         let (k0, c0) = &children[n - 2];
         let (k1, c1) = &children[n - 1];
-        let (y0, y1) = (query(c0, x, axis + 1, notes), query(c1, x, axis + 1, notes));
-        let slope = ((ln(y1) - ln(y0)) / (ln(*k1) - ln(*k0))).clamp(0.0, 1.0);
+        let (y0, y1) = (
+            query(c0, x, axis + 1, notes, max_slope),
+            query(c1, x, axis + 1, notes, max_slope),
+        );
+        let slope = ((ln(y1) - ln(y0)) / (ln(*k1) - ln(*k0))).clamp(0.0, max_slope[axis]);
         return (ln(y1) + slope * (ln(q) - ln(*k1))).exp();
     }
     let idx = children.partition_point(|(k, _)| *k < q);
     let (k0, c0) = &children[idx - 1];
     let (k1, c1) = &children[idx];
-    let (y0, y1) = (query(c0, x, axis + 1, notes), query(c1, x, axis + 1, notes));
+    let (y0, y1) = (
+        query(c0, x, axis + 1, notes, max_slope),
+        query(c1, x, axis + 1, notes, max_slope),
+    );
     let t = (ln(q) - ln(*k0)) / (ln(*k1) - ln(*k0));
     (ln(y0) + t * (ln(y1) - ln(y0))).exp()
 }
@@ -343,6 +369,21 @@ mod tests {
         let t = tables("op,x1,x2,x3,latency_ms\na,1,1,1,1\na,4,1,1,4\n");
         assert!((t.lookup("a", [8.0, 1.0, 1.0], "t").unwrap() - 8.0).abs() < 1e-9);
         assert!((t.lookup("a", [0.5, 1.0, 1.0], "t").unwrap() - 1.0).abs() < 1e-12);
+        assert_eq!(t.flagged().len(), 2);
+    }
+
+    #[test]
+    fn context_attention_extrapolates_quadratically_in_the_prompt_length() {
+        // 4x the time for 2x the prompt: causal attention's FLOPs are quadratic
+        let csv = "op,x1,x2,x3,latency_ms\n\
+                   mla_ctx/bf16,8,1,16384,4\nmla_ctx/bf16,8,1,32768,16\n\
+                   gemm/bf16,1,1,16384,4\ngemm/bf16,1,1,32768,16\n";
+        let t = tables(csv);
+        let at_128k = t.lookup("mla_ctx/bf16", [8.0, 1.0, 131072.0], "t").unwrap();
+        assert!((at_128k - 256.0).abs() < 1e-6, "{at_128k}");
+        // any other op keeps the linear ceiling
+        let gemm = t.lookup("gemm/bf16", [1.0, 1.0, 131072.0], "t").unwrap();
+        assert!((gemm - 64.0).abs() < 1e-6, "{gemm}");
         assert_eq!(t.flagged().len(), 2);
     }
 
