@@ -61,7 +61,8 @@ pub struct KvPool {
     /// `max_total_tokens` lowered the count.
     pub capped_by_max_total_tokens: bool,
     /// Free slots a decode step needs per request: 1, or with EAGLE
-    /// `num_draft_tokens + topk * num_steps`.
+    /// `num_draft_tokens + topk * num_steps`, and 1 + K more under vLLM's async scheduling
+    /// with a GPU drafter.
     pub decode_slots_per_request: u32,
     pub chunked_prefill_size: Option<u32>,
 }
@@ -319,7 +320,7 @@ pub fn kv_pool(
         draft_bytes_per_token: draft,
         speculative_slots,
         capped_by_max_total_tokens: capped,
-        decode_slots_per_request: decode_slots_per_request(s),
+        decode_slots_per_request: decode_slots_per_request(s) + async_lag_slots(exp),
         chunked_prefill_size: chunk,
     })
 }
@@ -413,6 +414,24 @@ pub fn decode_slots_per_request(s: &SpeculativeConfig) -> u32 {
         s.shape.num_draft_tokens + s.shape.topk * s.shape.num_steps
     } else {
         1
+    }
+}
+
+/// Under vLLM's async scheduling with a GPU drafter, step N + 1 allocates before step N's
+/// rejections come back: the request still counts step N's 1 + K tokens as computed
+/// (`AsyncScheduler._update_after_schedule` adds them as output placeholders, and
+/// `num_computed_tokens` drops by the rejected ones only when the output is processed), so
+/// `allocate_slots` wants 1 + K more slots than a synchronous step would.
+fn async_lag_slots(exp: &Experiment) -> u32 {
+    let s = &exp.speculative;
+    let lags = exp.engine.kind == ServingEngineKind::Vllm
+        && s.is_speculative()
+        && s.algorithm.drafts_on_gpu()
+        && s.spec_v2;
+    if lags {
+        1 + s.shape.num_steps
+    } else {
+        0
     }
 }
 

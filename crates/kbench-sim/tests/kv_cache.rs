@@ -447,3 +447,55 @@ fn vllm_admits_a_long_prompt_only_when_all_of_it_fits() {
     assert_eq!(m.num_retractions, Some(0));
     assert!(m.peak_kv_cache_usage.unwrap() <= 1.0);
 }
+
+#[test]
+fn vllms_async_steps_hold_one_verify_more_per_request() {
+    // step N + 1 allocates before step N's rejections return: 1 + K slots for its tokens,
+    // K lookahead, and step N's 1 + K still counted as computed; the synchronous n-gram
+    // step holds its 1 + K alone, and SGLang's chain its tokens and drafts
+    let slots = |engine: &str, spec: &str| {
+        let acceptance = if spec.contains("ngram") {
+            let trace = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../traces/ngram-illustrative.synth.kbt");
+            format!("trace = {:?}", trace.display().to_string())
+        } else {
+            "accept_length = 2".to_string()
+        };
+        let e = load_experiment_str(
+            &format!(
+                "name = \"t\"\nseed = 11\n[model]\npreset = \"kimi-k2.5\"\n[hardware]\npreset = \"8x-h200\"\n\
+                 {engine}\n[server]\ntp_size = 8\n[draft]\npreset = \"kimi-k2.5-eagle3\"\n[speculative]\n{spec}\n\
+                 [workload]\nmax_tokens = 64\ninput_len = 512\n{acceptance}\n\
+                 [benchmark]\nconcurrency = [1]\nrequests_per_level = 2\n"
+            ),
+            Path::new("t.toml"),
+            &[],
+        )
+        .unwrap()
+        .remove(0)
+        .experiment;
+        let profile = kbench_sim::presets::resolve_profile(&e.hardware).unwrap();
+        kbench_sim::kv::kv_pool(&e, &profile, ModelRunner::V1)
+            .unwrap()
+            .decode_slots_per_request
+    };
+    let vllm = "[engine]\nname = \"vllm\"";
+    assert_eq!(
+        slots(vllm, "method = \"eagle3\"\nnum_speculative_tokens = 3"),
+        11
+    );
+    assert_eq!(
+        slots(
+            vllm,
+            "method = \"ngram\"\nnum_speculative_tokens = 3\nprompt_lookup_min = 2\nprompt_lookup_max = 4"
+        ),
+        4
+    );
+    assert_eq!(
+        slots(
+            "",
+            "algorithm = \"EAGLE3\"\nnum_steps = 3\neagle_topk = 1\nnum_draft_tokens = 4\nspec_v2 = true"
+        ),
+        7
+    );
+}
