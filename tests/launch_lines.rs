@@ -260,3 +260,37 @@ fn turning_the_custom_all_reduce_off_is_said_in_both_engines_flag() {
     let (_, plain, _) = args_of("sglang-args", "experiments/topk1_v2.toml", &[]);
     assert!(!plain.contains("--disable-custom-all-reduce"), "{plain}");
 }
+
+/// A plain file launches on either engine, and the line says when the file's prediction is
+/// the other engine's, and what a graph bound means there.
+#[test]
+fn a_line_for_the_other_engine_says_whose_prediction_the_file_holds() {
+    let (code, out, err) = args_of(
+        "vllm-args",
+        "experiments/baseline.toml",
+        &sets(&["server.max_model_len=4096"]),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("vllm serve "), "{out}");
+    assert!(
+        err.contains("the file predicts SGLang's serving")
+            && err.contains("--set engine.name=vllm"),
+        "{err}"
+    );
+    let (code, out, err) = args_of(
+        "sglang-args",
+        "experiments/vllm_eagle3.toml",
+        &["--variant", "plain"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("--cuda-graph-max-bs 512"), "{out}");
+    assert!(err.contains("the file predicts vLLM's serving"), "{err}");
+    assert!(err.contains("counts tokens under vLLM"), "{err}");
+    // the file's own engine: no note
+    let (_, _, err) = args_of(
+        "vllm-args",
+        "experiments/vllm_eagle3.toml",
+        &["--variant", "plain"],
+    );
+    assert!(!err.contains("predicts"), "{err}");
+}

@@ -164,6 +164,31 @@ pub fn launch_args(
         }
         super::output::outln!("{line}")?;
     }
+    if let Some(other) = variants
+        .iter()
+        .map(|v| v.experiment.engine.kind)
+        .find(|&kind| kind != engine)
+    {
+        // a plain file launches on either engine, but its prediction is the other's
+        let display = |kind| match kind {
+            kbench_core::experiment::ServingEngineKind::Sglang => "SGLang",
+            kbench_core::experiment::ServingEngineKind::Vllm => "vLLM",
+        };
+        eprintln!(
+            "note: the file predicts {}'s serving ([engine] name); this line launches {}: to predict what it launches, set [engine] name = \"{name}\" (--set engine.name={name} on a plain file)",
+            display(other),
+            display(engine),
+            name = engine.name()
+        );
+        let graph_bound_set = variants
+            .iter()
+            .any(|v| v.experiment.file.server.cuda_graph_max_bs.is_some());
+        if graph_bound_set && engine == kbench_core::experiment::ServingEngineKind::Sglang {
+            eprintln!(
+                "note: server.cuda_graph_max_bs counts tokens under vLLM (--max-cudagraph-capture-size) and requests under SGLang; the line passes the file's number as SGLang's --cuda-graph-max-bs"
+            );
+        }
+    }
     if engine == kbench_core::experiment::ServingEngineKind::Vllm {
         for key in sglang_only_server_keys(&variants) {
             eprintln!(
