@@ -14,7 +14,6 @@ use crate::profile::HardwareProfile;
 
 pub fn check_deployment(exp: &Experiment) -> Result<(), SimError> {
     let profile = resolve_profile(&exp.hardware).map_err(|e| e.in_file(&exp.path))?;
-    check_weights_fit(exp, &profile)?;
     let runner = match exp.engine.kind {
         ServingEngineKind::Vllm => {
             resolve_engine_profile(exp, &profile)
@@ -24,15 +23,23 @@ pub fn check_deployment(exp: &Experiment) -> Result<(), SimError> {
         }
         ServingEngineKind::Sglang => ModelRunner::V1,
     };
-    crate::vllm_defaults::check_capture_size(exp, &profile, runner)?;
-    crate::kv::kv_pool(exp, &profile, runner).map(drop)
+    server_starts(exp, &profile, runner).map(drop)
+}
+
+/// What the server checks before it serves, in its order: the weights fit, vLLM's graph
+/// sizes leave a speculative decode, and a KV cache is left; the cache, where it starts.
+pub(crate) fn server_starts(
+    exp: &Experiment,
+    profile: &HardwareProfile,
+    runner: ModelRunner,
+) -> Result<crate::kv::KvPool, SimError> {
+    check_weights_fit(exp, profile)?;
+    crate::vllm_defaults::check_capture_size(exp, profile, runner)?;
+    crate::kv::kv_pool(exp, profile, runner)
 }
 
 /// The target's (and draft's) weights within what one GPU can give them.
-pub(crate) fn check_weights_fit(
-    exp: &Experiment,
-    profile: &HardwareProfile,
-) -> Result<(), SimError> {
+fn check_weights_fit(exp: &Experiment, profile: &HardwareProfile) -> Result<(), SimError> {
     crate::memory::check_weights_fit(
         profile,
         &exp.model,

@@ -76,9 +76,10 @@ pub fn chunked_prefill_size(exp: &Experiment, profile: &HardwareProfile) -> Opti
     }
 }
 
-/// vLLM's `--gpu-memory-utilization` when unset: 0.92 in vLLM 0.32 (`CacheConfig`, vllm/config/
-/// cache.py: "If unspecified, will use the default value of 0.92"; earlier releases used 0.9,
-/// so a file for one sets `mem_fraction_static`). Its KV cache is that share less the weights, what its profile run allocates and keeps, and that run's
+/// vLLM's `--gpu-memory-utilization` when unset: 0.92 in vLLM 0.32 (`CacheConfig`,
+/// vllm/config/cache.py: "If unspecified, will use the default value of 0.92"; earlier
+/// releases used 0.9, so a file for one sets `mem_fraction_static`). Its KV cache is that
+/// share less the weights, what its profile run allocates and keeps, and that run's
 /// transient peak; kbench deducts the fused-MoE workspace the run keeps
 /// ([`vllm_moe_workspace_bytes`]) and the sampler's part of the peak
 /// ([`vllm_sampler_profile_bytes`]).
@@ -429,7 +430,7 @@ fn async_lag_slots(exp: &Experiment) -> u32 {
         && s.algorithm.drafts_on_gpu()
         && s.spec_v2;
     if lags {
-        1 + s.shape.num_steps
+        crate::vllm_defaults::decode_query_len(exp)
     } else {
         0
     }

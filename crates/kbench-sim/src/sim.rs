@@ -81,13 +81,11 @@ impl SimBackend {
                 exp.path.display()
             )));
         }
-        crate::deployment::check_weights_fit(exp, &profile)?;
+        let kv = crate::deployment::server_starts(exp, &profile, engine.memory.model_runner)?;
         let in_file = |e: SimError| match e {
             SimError::Model(m) => SimError::Model(format!("{}: {m}", exp.path.display())),
             e => e,
         };
-        crate::vllm_defaults::check_capture_size(exp, &profile, engine.memory.model_runner)?;
-        let kv = crate::kv::kv_pool(exp, &profile, engine.memory.model_runner)?;
         let max_num_batched_tokens = crate::vllm_defaults::batched_tokens(exp, &profile);
         let max_running = crate::vllm_defaults::max_running_requests(exp, &profile);
         kv.check_fits(exp)?;

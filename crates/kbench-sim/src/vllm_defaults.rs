@@ -87,11 +87,7 @@ pub fn max_running_requests(exp: &Experiment, profile: &HardwareProfile) -> u32 
 /// ceiling for a month, #54418 restored it); kbench follows @000fc94b.
 pub fn cudagraph_capture_size(exp: &Experiment, profile: &HardwareProfile) -> u32 {
     let budget = batched_tokens(exp, profile);
-    let query_len = if exp.speculative.is_speculative() {
-        1 + exp.speculative.shape.num_steps
-    } else {
-        1
-    };
+    let query_len = decode_query_len(exp);
     let (max, uniform_decodes) = match exp.file.server.cuda_graph_max_bs {
         Some(0) => return 0,
         Some(size) => (size.min(budget), Vec::new()),
@@ -138,6 +134,16 @@ pub fn cudagraph_capture_size(exp: &Experiment, profile: &HardwareProfile) -> u3
     sizes.into_iter().max().unwrap_or(0)
 }
 
+/// The tokens a request's decode step verifies: 1 + `num_speculative_tokens` with
+/// speculation, else 1 (vLLM's `uniform_decode_query_len`).
+pub(crate) fn decode_query_len(exp: &Experiment) -> u32 {
+    if exp.speculative.is_speculative() {
+        1 + exp.speculative.shape.num_steps
+    } else {
+        1
+    }
+}
+
 /// Whether vLLM would start with the file's capture size. With speculation its V1 model
 /// runner rounds every capture size up to whole `1 + K`-token decodes, and a maximum below
 /// one such decode leaves none: it refuses to start
@@ -154,7 +160,7 @@ pub fn check_capture_size(
     {
         return Ok(());
     }
-    let query_len = 1 + exp.speculative.shape.num_steps;
+    let query_len = decode_query_len(exp);
     let Some(size) = exp.file.server.cuda_graph_max_bs.filter(|&n| n > 0) else {
         return Ok(());
     };
